@@ -1,0 +1,220 @@
+"""PooledConfig: a backbone's config nested inside, plus the pooling and head settings, validated.
+
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
+torch, transformers and its sibling model files.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from transformers import AutoConfig
+from transformers.activations import ACT2FN
+from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from .pooling import POOLERS, get_pooler_class
+
+__all__ = ["PooledConfig", "CLASSIFIER_HEADS"]
+
+CLASSIFIER_HEADS = ("linear", "dense")
+
+# Keys that make transformers import and run code named by a config. A backbone config nested in ours is
+# always built from transformers' own classes, so none of them is ever kept.
+CODE_REFERENCE_KEYS = ("auto_map", "trust_remote_code", "custom_pipelines")
+
+
+class PooledConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`PooledModel`] and [`PooledForSequenceClassification`]: any Transformers encoder (or
+    decoder) as the backbone, a pooling strategy on top of its hidden states and a classification head.
+
+    Args:
+        backbone_config (`dict` or `PreTrainedConfig`, *optional*):
+            The backbone's configuration, of any model type built into Transformers (`bert`, `roberta`, `esm`,
+            `deberta-v2`, `modernbert`, `gpt2`, `llama`, ...). A dict must hold its `model_type`. Defaults to a
+            BERT-base configuration. Code references (`auto_map`, `trust_remote_code`) are removed from it.
+        pooling (`str`, *optional*, defaults to `"mean"`):
+            Name of a registered pooling strategy, e.g. `cls`, `last_token`, `mean`, `max`, `min`, `mean_max`,
+            `cls_mean_max`, `mean_sqrt_len`, `weighted_mean`, `gem`, `attention`, `concat_layers`,
+            `weighted_layer`, `lstm`. See `pooled_models.POOLERS` for the full list.
+        layer_start (`int`, *optional*):
+            Layer strategies only. First entry of the backbone's `hidden_states` to use, indexed like a Python
+            list (0 = embedding output, 1 = first layer, -1 = last layer). Defaults to the last 4 layers for
+            `concat_layers` and to every layer (1) for `weighted_layer` and `lstm`.
+        layer_token_pooling (`str`, *optional*):
+            Layer strategies only. The token pooling applied to each selected layer. Defaults to `"cls"`.
+        lstm_hidden_size (`int`, *optional*):
+            `lstm` only. Hidden size of the LSTM run over the layers. Defaults to the backbone's hidden size.
+        attention_heads (`int`, *optional*):
+            `attention` only (also as `layer_token_pooling`). Number of learned attention queries; their
+            pooled vectors are concatenated. Defaults to 1.
+        attention_hidden_size (`int`, *optional*):
+            `attention` only. Width of the tanh layer that scores the tokens. Defaults to the hidden size.
+        gem_p (`float`, *optional*):
+            `gem` only. Initial value of the learnable exponent. Defaults to 3.0.
+        classifier_head (`str`, *optional*, defaults to `"linear"`):
+            `"linear"`: dropout and a linear layer (BERT style). `"dense"`: dense, activation, dropout and an
+            output projection (RoBERTa/ESM style).
+        classifier_dropout (`float`, *optional*):
+            Dropout before the output layer. Defaults to the backbone's `classifier_dropout`, else its
+            `hidden_dropout_prob`, else 0.1.
+        classifier_hidden_size (`int`, *optional*):
+            `dense` head only. Width of the dense layer. Defaults to the backbone's hidden size.
+        classifier_activation (`str`, *optional*):
+            `dense` head only. Activation after the dense layer, any name of `transformers.activations.ACT2FN`
+            (`tanh`, `gelu`, `silu`, `relu`, ...). Defaults to `"tanh"`.
+        position_ids_from_mask (`bool`, *optional*, defaults to `True`):
+            Derive the backbone's position ids from the attention mask, so a text gets the same positions
+            (and the same output) whether it is padded on the left or on the right. Without it, left padding
+            shifts the absolute positions of BERT-style backbones.
+        initializer_range (`float`, *optional*):
+            Standard deviation used to initialise the pooler and head. Defaults to the backbone's.
+
+    Settings that do not apply to the chosen pooling or head raise a `ValueError`; the ones that apply but
+    are left unset are filled with their defaults, so `config.json` shows exactly what was built.
+
+    Example:
+
+    ```python
+    >>> from transformers import BertConfig
+    >>> from pooled_models import PooledConfig, PooledForSequenceClassification
+
+    >>> config = PooledConfig(backbone_config=BertConfig(), pooling="concat_layers", layer_token_pooling="mean",
+    ...                       num_labels=3)
+    >>> model = PooledForSequenceClassification(config)
+    ```
+    """
+
+    model_type = "pooled"
+    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+
+    backbone_config: dict | PreTrainedConfig | None = None
+    pooling: str = "mean"
+    layer_start: int | None = None
+    layer_token_pooling: str | None = None
+    lstm_hidden_size: int | None = None
+    attention_heads: int | None = None
+    attention_hidden_size: int | None = None
+    gem_p: float | None = None
+    classifier_head: str = "linear"
+    classifier_dropout: float | None = None
+    classifier_hidden_size: int | None = None
+    classifier_activation: str | None = None
+    position_ids_from_mask: bool = True
+    initializer_range: float | None = None
+
+    def __post_init__(self, **kwargs):
+        self.backbone_config = _clean_backbone_config(self.backbone_config)
+        super().__post_init__(**kwargs)
+        if self.id2label is not None and self.label2id is None:
+            self.label2id = {label: index for index, label in self.id2label.items()}
+        self._check_pooling()
+        self._check_head()
+        if self.initializer_range is None:
+            self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
+
+    def to_dict(self) -> dict[str, Any]:
+        output = super().to_dict()
+        # Where the backbone was loaded from is a local detail (often a path on this machine), like the
+        # top-level _name_or_path that transformers also leaves out of config.json.
+        if isinstance(output.get("backbone_config"), dict):
+            output["backbone_config"].pop("_name_or_path", None)
+        return output
+
+    @property
+    def hidden_size(self) -> int:
+        """The backbone's hidden size (read by Trainer/DeepSpeed helpers that expect it on the config)."""
+        return self.backbone_config.hidden_size
+
+    def _check_pooling(self) -> None:
+        pooler_class = get_pooler_class(self.pooling)
+        applicable = pooler_class.options_for(self)
+        for option in _all_pooling_options(self):
+            value = getattr(self, option, None)
+            if option not in applicable:
+                if value is not None:
+                    raise ValueError(
+                        f"{option}={value!r} does not apply to pooling={self.pooling!r}; the settings of "
+                        f"{self.pooling!r} are: {', '.join(sorted(applicable)) or 'none'}."
+                    )
+            elif value is None:
+                default = applicable[option]
+                setattr(self, option, default(self) if callable(default) else default)
+        pooler_class.check_config(self)
+
+    def _check_head(self) -> None:
+        if self.classifier_head not in CLASSIFIER_HEADS:
+            raise ValueError(
+                f"Unknown classifier_head {self.classifier_head!r}. Valid choices: {', '.join(CLASSIFIER_HEADS)}."
+            )
+        if self.classifier_dropout is None:
+            self.classifier_dropout = _backbone_dropout(self.backbone_config)
+        dropout = self.classifier_dropout
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"classifier_dropout must be a number in [0, 1), got {dropout!r}.")
+        if self.classifier_head == "linear":
+            for option in ("classifier_hidden_size", "classifier_activation"):
+                if getattr(self, option) is not None:
+                    raise ValueError(
+                        f"{option}={getattr(self, option)!r} does not apply to classifier_head='linear'; "
+                        "it is a setting of classifier_head='dense'."
+                    )
+            return
+        if self.classifier_hidden_size is None:
+            self.classifier_hidden_size = self.backbone_config.hidden_size
+        if self.classifier_activation is None:
+            self.classifier_activation = "tanh"
+        size = self.classifier_hidden_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"classifier_hidden_size must be an integer >= 1, got {size!r}.")
+        if self.classifier_activation not in ACT2FN:
+            raise ValueError(
+                f"Unknown classifier_activation {self.classifier_activation!r}. "
+                f"Valid choices: {', '.join(sorted(ACT2FN))}."
+            )
+
+
+def _all_pooling_options(config: PooledConfig) -> set[str]:
+    # Every setting any registered pooling reads; settings of other poolings must stay unset.
+    options: set[str] = set()
+    for pooler_class in POOLERS.values():
+        options.update(pooler_class.options_for(config))
+    return options
+
+
+def _backbone_dropout(backbone_config: PreTrainedConfig) -> float:
+    for name in ("classifier_dropout", "hidden_dropout_prob", "hidden_dropout", "dropout"):
+        value = getattr(backbone_config, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return 0.1
+
+
+def _clean_backbone_config(backbone_config: Any) -> PreTrainedConfig | None:
+    """A copy of the backbone config, built from transformers' own class, without code references."""
+    if backbone_config is None:
+        return None  # PreTrainedConfig falls back to the sub-config default (BERT-base)
+    if isinstance(backbone_config, PreTrainedConfig):
+        config_dict = backbone_config.to_dict()
+    elif isinstance(backbone_config, dict):
+        config_dict = copy.deepcopy(backbone_config)
+    else:
+        raise ValueError(
+            f"backbone_config must be a dict or a PreTrainedConfig, got {type(backbone_config).__name__}."
+        )
+    for key in CODE_REFERENCE_KEYS:
+        config_dict.pop(key, None)
+    model_type = config_dict.get("model_type")
+    if model_type == PooledConfig.model_type:
+        raise ValueError("backbone_config is itself a pooled config; nest the backbone's own config instead.")
+    if model_type not in CONFIG_MAPPING:
+        raise ValueError(
+            f"backbone_config has model_type {model_type!r}, which is not a model type built into "
+            f"transformers (pooled_models never runs remote code). Valid choices: {', '.join(sorted(CONFIG_MAPPING))}."
+        )
+    return CONFIG_MAPPING[model_type].from_dict(config_dict)
+
+
+PooledConfig.register_for_auto_class()

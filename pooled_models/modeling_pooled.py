@@ -1,0 +1,366 @@
+"""PooledModel and PooledForSequenceClassification: a Transformers backbone, a pooler and a head.
+
+Data flow: ``input_ids, attention_mask`` -> backbone (all hidden states only when the pooler reads more
+than the last layer) -> pooler (``[B, T, H]`` -> ``[B, D]``) -> head -> logits -> loss for the problem type.
+
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
+torch, transformers and its sibling model files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput
+from transformers.models.auto.modeling_auto import MODEL_MAPPING
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_pooled import PooledConfig
+from .losses import check_labels, classification_loss, infer_problem_type
+from .pooling import Pooler, build_pooler
+
+__all__ = [
+    "PooledPreTrainedModel",
+    "PooledModel",
+    "PooledForSequenceClassification",
+    "AUTO_MAP",
+    "build_backbone",
+    "load_backbone",
+]
+
+# Written into every saved config.json, so each Auto class can load each checkpoint with
+# trust_remote_code=True where pooled_models is not installed, whichever Pooled class saved it.
+AUTO_MAP = {
+    "AutoConfig": "configuration_pooled.PooledConfig",
+    "AutoModel": "modeling_pooled.PooledModel",
+    "AutoModelForSequenceClassification": "modeling_pooled.PooledForSequenceClassification",
+}
+
+# Submodules some backbones build but never call in forward. A parameter that never gets a gradient
+# makes DistributedDataParallel (find_unused_parameters=False) fail, so they are dropped.
+UNUSED_BACKBONE_MODULES = ("contact_head",)  # ESM's contact predictor, only run by predict_contacts()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Backbone construction
+# ----------------------------------------------------------------------------------------------------
+
+
+def backbone_class(backbone_config) -> type[PreTrainedModel]:
+    if type(backbone_config) not in MODEL_MAPPING:
+        raise ValueError(
+            f"transformers has no AutoModel class for backbone model_type {backbone_config.model_type!r}."
+        )
+    return MODEL_MAPPING[type(backbone_config)]
+
+
+def _backbone_init_kwargs(backbone_config) -> dict[str, Any]:
+    # BERT-style backbones build a dense+tanh pooler on the first token; no pooling here calls it.
+    parameters = inspect.signature(backbone_class(backbone_config).__init__).parameters
+    return {"add_pooling_layer": False} if "add_pooling_layer" in parameters else {}
+
+
+def _drop_unused_modules(backbone: PreTrainedModel) -> PreTrainedModel:
+    for name in UNUSED_BACKBONE_MODULES:
+        if isinstance(getattr(backbone, name, None), nn.Module):
+            setattr(backbone, name, None)
+    return backbone
+
+
+def build_backbone(backbone_config) -> PreTrainedModel:
+    """A randomly initialised backbone (weights come later from ``from_pretrained``)."""
+    return _drop_unused_modules(AutoModel.from_config(backbone_config, **_backbone_init_kwargs(backbone_config)))
+
+
+@contextlib.contextmanager
+def _expect_dropped_weights(model_class: type[PreTrainedModel], init_kwargs: dict[str, Any]):
+    """Keep the load report quiet about the checkpoint weights of the modules we chose not to build."""
+    dropped = list(UNUSED_BACKBONE_MODULES) + (["pooler"] if init_kwargs.get("add_pooling_layer") is False else [])
+    patterns = [rf"(^|\.){name}\." for name in dropped]
+    saved = model_class.__dict__.get("_keys_to_ignore_on_load_unexpected", _UNSET)
+    model_class._keys_to_ignore_on_load_unexpected = list(model_class._keys_to_ignore_on_load_unexpected or []) + patterns
+    try:
+        yield
+    finally:
+        if saved is _UNSET:
+            del model_class._keys_to_ignore_on_load_unexpected
+        else:
+            model_class._keys_to_ignore_on_load_unexpected = saved
+
+
+_UNSET = object()
+
+
+def load_backbone(name_or_path: str | os.PathLike, backbone_config, **kwargs) -> PreTrainedModel:
+    """The pretrained backbone, read from safetensors only."""
+    model_class = backbone_class(backbone_config)
+    init_kwargs = _backbone_init_kwargs(backbone_config)
+    with _expect_dropped_weights(model_class, init_kwargs):
+        backbone = model_class.from_pretrained(
+            name_or_path, config=backbone_config, use_safetensors=True, **init_kwargs, **kwargs
+        )
+    return _drop_unused_modules(backbone)
+
+
+def position_offset(backbone: nn.Module) -> int:
+    """First position id of a real token: padding_idx + 1 for RoBERTa-style embeddings, else 0."""
+    embeddings = getattr(backbone, "embeddings", None)
+    position_embeddings = getattr(embeddings, "position_embeddings", None)
+    if isinstance(position_embeddings, nn.Embedding) and position_embeddings.padding_idx is not None:
+        return position_embeddings.padding_idx + 1
+    return 0
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor, offset: int) -> torch.Tensor:
+    """Positions counted over real tokens only, so left and right padding give a text the same positions.
+
+    Padding gets the padding index where the backbone reserves one (``offset - 1``), else 0.
+    """
+    real = attention_mask != 0
+    positions = (real.long().cumsum(dim=-1) - 1).clamp(min=0) + offset
+    return positions.masked_fill(~real, max(offset - 1, 0))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Heads
+# ----------------------------------------------------------------------------------------------------
+
+
+class LinearHead(nn.Module):
+    """Dropout and a linear layer (BERT style)."""
+
+    def __init__(self, config: PooledConfig, input_dim: int):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.out_proj = nn.Linear(input_dim, config.num_labels)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.dropout(pooled))
+
+
+class DenseHead(nn.Module):
+    """Dropout, dense, activation, dropout and an output projection (RoBERTa/ESM style)."""
+
+    def __init__(self, config: PooledConfig, input_dim: int):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.dense = nn.Linear(input_dim, config.classifier_hidden_size)
+        self.activation = ACT2FN[config.classifier_activation]
+        self.out_proj = nn.Linear(config.classifier_hidden_size, config.num_labels)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        hidden = self.activation(self.dense(self.dropout(pooled)))
+        return self.out_proj(self.dropout(hidden))
+
+
+HEADS: dict[str, type[nn.Module]] = {"linear": LinearHead, "dense": DenseHead}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Models
+# ----------------------------------------------------------------------------------------------------
+
+
+class PooledPreTrainedModel(PreTrainedModel):
+    config_class = PooledConfig
+    base_model_prefix = "pooled"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    # The backbone checks its own support for the attention implementation it is given.
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, Pooler):
+            module.init_parameters(self.config)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """``PreTrainedModel.from_pretrained`` restricted to safetensors weights: pickle is never read."""
+        if kwargs.get("use_safetensors", True) is False:
+            raise ValueError("pooled_models loads weights from safetensors only; use_safetensors=False is refused.")
+        kwargs["use_safetensors"] = True
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+
+    @classmethod
+    def from_backbone(
+        cls,
+        backbone_name_or_path: str | os.PathLike,
+        pooling: str = "mean",
+        *,
+        backbone_kwargs: dict[str, Any] | None = None,
+        **config_kwargs,
+    ):
+        """Build a model around a pretrained backbone, with a freshly initialised pooler and head.
+
+        Args:
+            backbone_name_or_path: Hub id or local folder of any model built into transformers.
+            pooling: a registered pooling name (see ``pooled_models.POOLERS``).
+            backbone_kwargs: passed to the backbone's ``from_pretrained`` and ``AutoConfig.from_pretrained``
+                (``revision``, ``cache_dir``, ``token``, ``local_files_only``, ``dtype``, ``attn_implementation``).
+            **config_kwargs: ``PooledConfig`` settings (``num_labels``, ``id2label``, ``problem_type``, pooling
+                and head settings).
+        """
+        backbone_kwargs = dict(backbone_kwargs or {})
+        if "trust_remote_code" in backbone_kwargs or "trust_remote_code" in config_kwargs:
+            raise ValueError(
+                "from_backbone does not take trust_remote_code: pooled_models only builds backbones whose code "
+                "ships with transformers."
+            )
+        hub_keys = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
+        hub_kwargs = {key: backbone_kwargs[key] for key in hub_keys if key in backbone_kwargs}
+        backbone_config = AutoConfig.from_pretrained(backbone_name_or_path, trust_remote_code=False, **hub_kwargs)
+        config = PooledConfig(backbone_config=backbone_config, pooling=pooling, **config_kwargs)
+        backbone = load_backbone(backbone_name_or_path, config.backbone_config, **backbone_kwargs)
+        model = cls(config, backbone=backbone)
+        return model.to(backbone.dtype)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        self.config.auto_map = dict(AUTO_MAP)
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+class PooledModel(PooledPreTrainedModel):
+    """Backbone + pooler: ``pooler_output`` holds one embedding per sequence.
+
+    ``AutoModel.from_pretrained`` on any pooled checkpoint (also a classifier's) gives this model.
+    """
+
+    # A classifier checkpoint also holds its head, which this model has no use for.
+    _keys_to_ignore_on_load_unexpected = [r"^classifier\."]
+
+    def __init__(self, config: PooledConfig, backbone: PreTrainedModel | None = None):
+        super().__init__(config)
+        if backbone is None:
+            backbone = build_backbone(config.backbone_config)
+        else:
+            config.backbone_config = backbone.config  # one config object for the backbone we hold
+        self.backbone = backbone
+        self.pooler = build_pooler(config)
+        accepted = inspect.signature(self.backbone.forward).parameters
+        self._backbone_takes = {name for name in ("token_type_ids", "position_ids", "use_cache") if name in accepted}
+        self._position_offset = position_offset(self.backbone)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.backbone.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module):
+        self.backbone.set_input_embeddings(value)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if attention_mask is None:
+            if input_ids is not None:
+                self.backbone.warn_if_padding_and_no_attention_mask(input_ids, attention_mask)
+            attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+
+        backbone_inputs: dict[str, Any] = {"attention_mask": attention_mask}
+        # A tokenizer may return token_type_ids that the backbone (DistilBERT, ModernBERT...) has no use for.
+        if token_type_ids is not None and "token_type_ids" in self._backbone_takes:
+            backbone_inputs["token_type_ids"] = token_type_ids
+        if position_ids is None and self.config.position_ids_from_mask and "position_ids" in self._backbone_takes:
+            position_ids = position_ids_from_mask(attention_mask, self._position_offset)
+        if position_ids is not None:
+            backbone_inputs["position_ids"] = position_ids
+        if "use_cache" in self._backbone_takes:
+            backbone_inputs["use_cache"] = False  # decoders would otherwise build a KV cache nobody reads
+        if output_attentions is not None:
+            backbone_inputs["output_attentions"] = output_attentions
+
+        outputs = self.backbone(
+            input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states or self.pooler.needs_all_hidden_states,
+            return_dict=True,
+            **backbone_inputs,
+            **kwargs,
+        )
+        pooled = self.pooler(outputs.last_hidden_state, attention_mask, outputs.hidden_states)
+        return BaseModelOutputWithPooling(
+            last_hidden_state=outputs.last_hidden_state,
+            pooler_output=pooled,
+            hidden_states=outputs.hidden_states if output_hidden_states else None,
+            attentions=getattr(outputs, "attentions", None),
+        )
+
+
+class PooledForSequenceClassification(PooledPreTrainedModel):
+    """Backbone + pooler + classification head, for regression, single- and multi-label classification."""
+
+    def __init__(self, config: PooledConfig, backbone: PreTrainedModel | None = None):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.pooled = PooledModel(config, backbone=backbone)
+        self.classifier = HEADS[config.classifier_head](config, self.pooled.pooler.output_dim)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.pooled.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module):
+        self.pooled.set_input_embeddings(value)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        outputs = self.pooled(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(outputs.pooler_output)
+        loss = None
+        if labels is not None:
+            if self.config.problem_type is None:
+                self.config.problem_type = infer_problem_type(labels, self.num_labels)
+            targets = check_labels(labels, self.config.problem_type, self.num_labels, logits.shape[0])
+            loss = classification_loss(logits, targets.to(logits.device), self.config.problem_type)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+PooledModel.register_for_auto_class("AutoModel")
+PooledForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")

@@ -14,6 +14,7 @@ from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+from .label_tokens import LabelTokenPooler  # noqa: F401  (registers pooling="label_tokens")
 from .pooling import POOLERS, get_pooler_class
 
 __all__ = ["PooledConfig", "CLASSIFIER_HEADS"]
@@ -98,6 +99,11 @@ class PooledConfig(PreTrainedConfig):
     attention_heads: int | None = None
     attention_hidden_size: int | None = None
     gem_p: float | None = None
+    label_token_init: str | None = None
+    label_token_init_ids: list[list[int]] | None = None
+    label_token_scorer: str | None = None
+    label_token_position: int | None = None
+    label_tokens_per_pass: int | None = None
     classifier_head: str = "linear"
     classifier_dropout: float | None = None
     classifier_hidden_size: int | None = None
@@ -131,16 +137,15 @@ class PooledConfig(PreTrainedConfig):
     def _check_pooling(self) -> None:
         pooler_class = get_pooler_class(self.pooling)
         applicable = pooler_class.options_for(self)
-        for option in _all_pooling_options(self):
-            value = getattr(self, option, None)
-            if option not in applicable:
-                if value is not None:
-                    raise ValueError(
-                        f"{option}={value!r} does not apply to pooling={self.pooling!r}; the settings of "
-                        f"{self.pooling!r} are: {', '.join(sorted(applicable)) or 'none'}."
-                    )
-            elif value is None:
-                default = applicable[option]
+        for option in sorted(_all_pooling_options(self) - set(applicable)):
+            if getattr(self, option, None) is not None:
+                raise ValueError(
+                    f"{option}={getattr(self, option)!r} does not apply to pooling={self.pooling!r}; the settings "
+                    f"of {self.pooling!r} are: {', '.join(sorted(applicable)) or 'none'}."
+                )
+        # In declaration order: a default may depend on an earlier setting (label_token_init_ids on label_token_init).
+        for option, default in applicable.items():
+            if getattr(self, option, None) is None:
                 setattr(self, option, default(self) if callable(default) else default)
         pooler_class.check_config(self)
 

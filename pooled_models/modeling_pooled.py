@@ -16,15 +16,15 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, PreTrainedModel
-from transformers.activations import ACT2FN
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_pooled import PooledConfig
+from .heads import HEADS, LabelTokenHead
 from .losses import check_labels, classification_loss, infer_problem_type
-from .pooling import Pooler, build_pooler
+from .pooling import Pooler, build_pooler, get_pooler_class
 
 __all__ = [
     "PooledPreTrainedModel",
@@ -129,41 +129,6 @@ def position_ids_from_mask(attention_mask: torch.Tensor, offset: int) -> torch.T
 
 
 # ----------------------------------------------------------------------------------------------------
-# Heads
-# ----------------------------------------------------------------------------------------------------
-
-
-class LinearHead(nn.Module):
-    """Dropout and a linear layer (BERT style)."""
-
-    def __init__(self, config: PooledConfig, input_dim: int):
-        super().__init__()
-        self.dropout = nn.Dropout(config.classifier_dropout)
-        self.out_proj = nn.Linear(input_dim, config.num_labels)
-
-    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(self.dropout(pooled))
-
-
-class DenseHead(nn.Module):
-    """Dropout, dense, activation, dropout and an output projection (RoBERTa/ESM style)."""
-
-    def __init__(self, config: PooledConfig, input_dim: int):
-        super().__init__()
-        self.dropout = nn.Dropout(config.classifier_dropout)
-        self.dense = nn.Linear(input_dim, config.classifier_hidden_size)
-        self.activation = ACT2FN[config.classifier_activation]
-        self.out_proj = nn.Linear(config.classifier_hidden_size, config.num_labels)
-
-    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        hidden = self.activation(self.dense(self.dropout(pooled)))
-        return self.out_proj(self.dropout(hidden))
-
-
-HEADS: dict[str, type[nn.Module]] = {"linear": LinearHead, "dense": DenseHead}
-
-
-# ----------------------------------------------------------------------------------------------------
 # Models
 # ----------------------------------------------------------------------------------------------------
 
@@ -182,7 +147,9 @@ class PooledPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, Pooler):
-            module.init_parameters(self.config)
+            module.init_parameters(self.config, self.get_input_embeddings())
+        elif isinstance(module, LabelTokenHead):
+            module.init_parameters()
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -199,6 +166,7 @@ class PooledPreTrainedModel(PreTrainedModel):
         pooling: str = "mean",
         *,
         backbone_kwargs: dict[str, Any] | None = None,
+        tokenizer=None,
         **config_kwargs,
     ):
         """Build a model around a pretrained backbone, with a freshly initialised pooler and head.
@@ -208,6 +176,8 @@ class PooledPreTrainedModel(PreTrainedModel):
             pooling: a registered pooling name (see ``pooled_models.POOLERS``).
             backbone_kwargs: passed to the backbone's ``from_pretrained`` and ``AutoConfig.from_pretrained``
                 (``revision``, ``cache_dir``, ``token``, ``local_files_only``, ``dtype``, ``attn_implementation``).
+            tokenizer: the backbone's tokenizer, for poolings that need one to start from (``label_tokens`` reads
+                the token ids of the label names); loaded from ``backbone_name_or_path`` when needed and not given.
             **config_kwargs: ``PooledConfig`` settings (``num_labels``, ``id2label``, ``problem_type``, pooling
                 and head settings).
         """
@@ -220,6 +190,13 @@ class PooledPreTrainedModel(PreTrainedModel):
         hub_keys = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
         hub_kwargs = {key: backbone_kwargs[key] for key in hub_keys if key in backbone_kwargs}
         backbone_config = AutoConfig.from_pretrained(backbone_name_or_path, trust_remote_code=False, **hub_kwargs)
+
+        def load_tokenizer():
+            if tokenizer is not None:
+                return tokenizer
+            return AutoTokenizer.from_pretrained(backbone_name_or_path, trust_remote_code=False, **hub_kwargs)
+
+        config_kwargs.update(get_pooler_class(pooling).tokenizer_settings(config_kwargs, load_tokenizer))
         config = PooledConfig(backbone_config=backbone_config, pooling=pooling, **config_kwargs)
         backbone = load_backbone(backbone_name_or_path, config.backbone_config, **backbone_kwargs)
         model = cls(config, backbone=backbone)
@@ -250,13 +227,52 @@ class PooledModel(PooledPreTrainedModel):
         accepted = inspect.signature(self.backbone.forward).parameters
         self._backbone_takes = {name for name in ("token_type_ids", "position_ids", "use_cache") if name in accepted}
         self._position_offset = position_offset(self.backbone)
+        max_positions = getattr(config.backbone_config, "max_position_embeddings", None)
+        # How many positions a sequence may use (RoBERTa-style embeddings reserve padding_idx + 1 of them).
+        self.position_budget = None if max_positions is None else max_positions - self._position_offset
+        self.pooler.check_backbone(self.backbone, self.position_budget)
         self.post_init()
+
+    @property
+    def pad_token_id(self) -> int:
+        pad = getattr(self.config.backbone_config, "pad_token_id", None)
+        return 0 if pad is None else pad
 
     def get_input_embeddings(self) -> nn.Module:
         return self.backbone.get_input_embeddings()
 
     def set_input_embeddings(self, value: nn.Module):
         self.backbone.set_input_embeddings(value)
+
+    def run_backbone(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        **kwargs,
+    ):
+        """Call the backbone with the inputs it takes; position ids come from the mask unless given."""
+        backbone_inputs: dict[str, Any] = {"attention_mask": attention_mask}
+        # A tokenizer may return token_type_ids that the backbone (DistilBERT, ModernBERT...) has no use for.
+        if token_type_ids is not None and "token_type_ids" in self._backbone_takes:
+            backbone_inputs["token_type_ids"] = token_type_ids
+        if position_ids is None and self.config.position_ids_from_mask and "position_ids" in self._backbone_takes:
+            position_ids = position_ids_from_mask(attention_mask, self._position_offset)
+        if position_ids is not None:
+            backbone_inputs["position_ids"] = position_ids
+        if "use_cache" in self._backbone_takes:
+            backbone_inputs["use_cache"] = False  # decoders would otherwise build a KV cache nobody reads
+        return self.backbone(
+            input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **backbone_inputs,
+            **kwargs,
+        )
 
     @can_return_tuple
     def forward(
@@ -270,6 +286,11 @@ class PooledModel(PooledPreTrainedModel):
         output_attentions: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling:
+        r"""
+        Returns `pooler_output` of shape `[batch, pooler.output_dim]`; for `pooling="label_tokens"` it is each
+        label's final hidden state, `[batch, num_labels, hidden_size]`, and `last_hidden_state` / `hidden_states`
+        are those of the sequences with the label tokens inserted (one row per text and label group).
+        """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         reference = input_ids if input_ids is not None else inputs_embeds
@@ -279,29 +300,17 @@ class PooledModel(PooledPreTrainedModel):
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-
-        backbone_inputs: dict[str, Any] = {"attention_mask": attention_mask}
-        # A tokenizer may return token_type_ids that the backbone (DistilBERT, ModernBERT...) has no use for.
-        if token_type_ids is not None and "token_type_ids" in self._backbone_takes:
-            backbone_inputs["token_type_ids"] = token_type_ids
-        if position_ids is None and self.config.position_ids_from_mask and "position_ids" in self._backbone_takes:
-            position_ids = position_ids_from_mask(attention_mask, self._position_offset)
-        if position_ids is not None:
-            backbone_inputs["position_ids"] = position_ids
-        if "use_cache" in self._backbone_takes:
-            backbone_inputs["use_cache"] = False  # decoders would otherwise build a KV cache nobody reads
         if output_attentions is not None:
-            backbone_inputs["output_attentions"] = output_attentions
-
-        outputs = self.backbone(
-            input_ids=input_ids,
-            inputs_embeds=inputs_embeds,
-            output_hidden_states=output_hidden_states or self.pooler.needs_all_hidden_states,
-            return_dict=True,
-            **backbone_inputs,
+            kwargs["output_attentions"] = output_attentions
+        inputs = {
+            "input_ids": input_ids,
+            "inputs_embeds": inputs_embeds,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+            "position_ids": position_ids,
             **kwargs,
-        )
-        pooled = self.pooler(outputs.last_hidden_state, attention_mask, outputs.hidden_states)
+        }
+        outputs, pooled = self.pooler.encode(self, inputs, output_hidden_states)
         return BaseModelOutputWithPooling(
             last_hidden_state=outputs.last_hidden_state,
             pooler_output=pooled,
@@ -317,7 +326,9 @@ class PooledForSequenceClassification(PooledPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.pooled = PooledModel(config, backbone=backbone)
-        self.classifier = HEADS[config.classifier_head](config, self.pooled.pooler.output_dim)
+        pooler = self.pooled.pooler
+        head_class = pooler.head_class or HEADS[config.classifier_head]
+        self.classifier = head_class(config, pooler.output_dim)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:

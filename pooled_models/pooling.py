@@ -80,10 +80,15 @@ OptionDefault = Any | Callable[["PooledConfig"], Any]
 
 
 class Pooler(nn.Module):
-    """Base class of all poolers. Subclasses set ``output_dim`` in ``__init__`` and implement ``forward``."""
+    """Base class of all poolers. Subclasses set ``output_dim`` in ``__init__`` and implement ``forward``.
+
+    A pooler that also edits the backbone's input (label tokens) overrides :meth:`encode` and may name
+    its own ``head_class``; every other pooler gets the head chosen by ``config.classifier_head``.
+    """
 
     name: ClassVar[str] = ""
     config_options: ClassVar[dict[str, OptionDefault]] = {}
+    head_class: ClassVar[type[nn.Module] | None] = None
     output_dim: int
     needs_all_hidden_states: bool = False
 
@@ -96,8 +101,23 @@ class Pooler(nn.Module):
     def check_config(cls, config: PooledConfig) -> None:
         """Raise ``ValueError`` for settings out of range; called once the defaults are filled in."""
 
-    def init_parameters(self, config: PooledConfig) -> None:
+    def init_parameters(self, config: PooledConfig, input_embeddings: nn.Module) -> None:
         """Initialise the parameters ``PreTrainedModel._init_weights`` does not know (plain ``nn.Parameter``s)."""
+
+    @classmethod
+    def tokenizer_settings(cls, config_kwargs: dict[str, Any], load_tokenizer: Callable[[], Any]) -> dict[str, Any]:
+        """Config settings only the backbone's tokenizer knows (``from_backbone`` calls this); none by default."""
+        return {}
+
+    def check_backbone(self, backbone: nn.Module, position_budget: int | None) -> None:
+        """Raise ``ValueError`` if this pooler cannot work with ``backbone``."""
+
+    def encode(self, encoder, inputs: dict[str, Any], output_hidden_states: bool):
+        """Run the backbone through ``encoder.run_backbone(**inputs)`` and pool: ``(backbone outputs, pooled)``."""
+        outputs = encoder.run_backbone(
+            **inputs, output_hidden_states=output_hidden_states or self.needs_all_hidden_states
+        )
+        return outputs, self(outputs.last_hidden_state, inputs["attention_mask"], outputs.hidden_states)
 
     def forward(
         self,
@@ -310,7 +330,7 @@ class GeMPooler(TokenPooler):
         if not isinstance(config.gem_p, (int, float)) or isinstance(config.gem_p, bool) or config.gem_p < 1:
             raise ValueError(f"gem_p must be a number >= 1, got {config.gem_p!r}.")
 
-    def init_parameters(self, config):
+    def init_parameters(self, config, input_embeddings):
         init.constant_(self.p, float(config.gem_p))
 
     def reduce(self, hidden_states, mask):
@@ -456,7 +476,7 @@ class WeightedLayerPooler(LayerPooler):
         self.layer_logits = nn.Parameter(torch.zeros(len(self.layer_indices)))
         self.output_dim = self.token_pooler.output_dim
 
-    def init_parameters(self, config):
+    def init_parameters(self, config, input_embeddings):
         init.zeros_(self.layer_logits)  # uniform weights at the start
 
     def forward(self, hidden_states, attention_mask=None, all_hidden_states=None):

@@ -1,0 +1,87 @@
+"""Classification heads: pooled vectors (or per-label vectors) to logits.
+
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
+torch, transformers and its sibling model files.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+
+if TYPE_CHECKING:
+    from .configuration_pooled import PooledConfig
+
+__all__ = ["LinearHead", "DenseHead", "LabelTokenHead", "HEADS", "LABEL_TOKEN_SCORERS"]
+
+
+class LinearHead(nn.Module):
+    """Dropout and a linear layer (BERT style)."""
+
+    def __init__(self, config: PooledConfig, input_dim: int):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.out_proj = nn.Linear(input_dim, config.num_labels)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.dropout(pooled))
+
+
+class DenseHead(nn.Module):
+    """Dropout, dense, activation, dropout and an output projection (RoBERTa/ESM style)."""
+
+    def __init__(self, config: PooledConfig, input_dim: int):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.dense = nn.Linear(input_dim, config.classifier_hidden_size)
+        self.activation = ACT2FN[config.classifier_activation]
+        self.out_proj = nn.Linear(config.classifier_hidden_size, config.num_labels)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        hidden = self.activation(self.dense(self.dropout(pooled)))
+        return self.out_proj(self.dropout(hidden))
+
+
+HEADS: dict[str, type[nn.Module]] = {"linear": LinearHead, "dense": DenseHead}
+
+LABEL_TOKEN_SCORERS = ("per_label", "shared")
+
+
+class LabelTokenHead(nn.Module):
+    """Scores each label from its own token: ``[B, L, H]`` label states -> ``[B, L]`` logits.
+
+    ``label_token_scorer="per_label"`` gives every label its own weight vector and bias (as many
+    parameters as a linear head); ``"shared"`` scores every label with one vector, so the label token
+    itself must carry what distinguishes the label. With ``classifier_head="dense"`` a shared
+    dense + activation layer comes first.
+    """
+
+    def __init__(self, config: PooledConfig, input_dim: int):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        if config.classifier_head == "dense":
+            self.dense = nn.Linear(input_dim, config.classifier_hidden_size)
+            self.activation = ACT2FN[config.classifier_activation]
+            input_dim = config.classifier_hidden_size
+        else:
+            self.dense = None
+        self.per_label = config.label_token_scorer == "per_label"
+        scorers = config.num_labels if self.per_label else 1
+        self.weight = nn.Parameter(torch.empty(scorers, input_dim))
+        self.bias = nn.Parameter(torch.zeros(scorers))
+        self.initializer_range = config.initializer_range
+
+    def init_parameters(self) -> None:
+        init.normal_(self.weight, std=self.initializer_range)
+        init.zeros_(self.bias)
+
+    def forward(self, label_states: torch.Tensor) -> torch.Tensor:
+        hidden = self.dropout(label_states)
+        if self.dense is not None:
+            hidden = self.dropout(self.activation(self.dense(hidden)))
+        # per_label: one weight row per label; shared: the single row broadcasts over the labels.
+        return (hidden * self.weight).sum(dim=-1) + self.bias

@@ -1,0 +1,327 @@
+"""Label-token pooling: one learned token per label in every input, each label scored from its own token.
+
+The label embeddings are a parameter of the pooler. They are written into the backbone's input
+embeddings (right after the first special token, e.g. ``[CLS] <label 1> ... <label L> text [SEP]``) by
+a forward hook on the backbone's word-embedding module, so the tokenizer and vocabulary stay
+unchanged and the backbone still does its own input processing (position and token-type embeddings,
+ESM's token-dropout scaling, embedding scales...). Each label's final hidden state goes to the
+:class:`~.heads.LabelTokenHead`, which gives that label's logit.
+
+Position budget: text and label tokens must fit the backbone's position embeddings. Labels are encoded
+``label_tokens_per_pass`` at a time; when they do not all fit in one pass the text is encoded once per
+group of labels (the groups of a batch run as one larger batch). Texts longer than the room left are
+truncated, keeping their last token (``[SEP]``/``</s>``).
+
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
+torch, transformers and its sibling model files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from transformers import initialization as init
+
+from .heads import LABEL_TOKEN_SCORERS, LabelTokenHead
+from .pooling import Pooler, register_pooler
+
+if TYPE_CHECKING:
+    from .configuration_pooled import PooledConfig
+
+__all__ = ["LabelTokenPooler", "LABEL_TOKEN_INITS", "label_token_settings_from_tokenizer"]
+
+LABEL_TOKEN_INITS = ("label_text", "vocab_mean", "cls", "random")
+# Where the label tokens go: after this many leading tokens of the text; -1 puts them after the text.
+AFTER_THE_TEXT = -1
+
+
+def _default_init_ids(config: PooledConfig) -> list[list[int]] | None:
+    # For "cls" the id can come from the backbone config; "label_text" needs a tokenizer (from_backbone).
+    if config.label_token_init != "cls":
+        return None
+    backbone = config.backbone_config
+    cls_id = getattr(backbone, "cls_token_id", None)
+    if cls_id is None:
+        cls_id = getattr(backbone, "bos_token_id", None)
+    return None if cls_id is None else [[int(cls_id)] for _ in range(config.num_labels)]
+
+
+def _default_per_pass(config: PooledConfig) -> int:
+    # All labels in one pass while they take at most half of the positions; the text keeps the other half.
+    max_positions = getattr(config.backbone_config, "max_position_embeddings", None)
+    if max_positions is None or config.num_labels <= max_positions // 2:
+        return config.num_labels
+    return max_positions // 2
+
+
+def label_token_settings_from_tokenizer(config_kwargs: dict[str, Any], tokenizer) -> dict[str, Any]:
+    """The settings only a tokenizer knows: label-name token ids and the number of leading special tokens."""
+    settings: dict[str, Any] = {}
+    label_init = config_kwargs.get("label_token_init", LabelTokenPooler.config_options["label_token_init"])
+    if config_kwargs.get("label_token_init_ids") is None and label_init in ("label_text", "cls"):
+        names = _label_names(config_kwargs)
+        if label_init == "cls":
+            cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+            if cls_id is None:
+                raise ValueError("label_token_init='cls' but the tokenizer has neither a CLS nor a BOS token.")
+            settings["label_token_init_ids"] = [[int(cls_id)] for _ in names]
+        else:
+            settings["label_token_init_ids"] = [_label_text_ids(tokenizer, name) for name in names]
+    if config_kwargs.get("label_token_position") is None:
+        probe = tokenizer("x")["input_ids"]
+        settings["label_token_position"] = 1 if probe and probe[0] in set(tokenizer.all_special_ids) else 0
+    return settings
+
+
+def _label_names(config_kwargs: dict[str, Any]) -> list[str]:
+    id2label = config_kwargs.get("id2label")
+    if id2label:
+        return [id2label[key] for key in sorted(id2label, key=int)]
+    return [f"LABEL_{index}" for index in range(config_kwargs.get("num_labels", 2))]
+
+
+def _label_text_ids(tokenizer, name: str) -> list[int]:
+    ids = tokenizer(str(name), add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise ValueError(f"label_token_init='label_text': the label name {name!r} has no tokens to start from.")
+    return [int(i) for i in ids]
+
+
+@register_pooler("label_tokens")
+class LabelTokenPooler(Pooler):
+    """One learned token per label placed in the input; returns each label's final hidden state ``[B, L, H]``."""
+
+    config_options = {
+        "label_token_init": "label_text",
+        "label_token_init_ids": _default_init_ids,
+        "label_token_scorer": "per_label",
+        "label_token_position": 1,
+        "label_tokens_per_pass": _default_per_pass,
+    }
+    head_class = LabelTokenHead
+
+    @classmethod
+    def tokenizer_settings(cls, config_kwargs, load_tokenizer):
+        needs_ids = config_kwargs.get("label_token_init_ids") is None and config_kwargs.get(
+            "label_token_init", cls.config_options["label_token_init"]) in ("label_text", "cls")
+        if not needs_ids and config_kwargs.get("label_token_position") is not None:
+            return {}
+        return label_token_settings_from_tokenizer(config_kwargs, load_tokenizer())
+
+    @classmethod
+    def check_config(cls, config):
+        def require(condition: bool, message: str) -> None:
+            if not condition:
+                raise ValueError(message)
+
+        num_labels = config.num_labels
+        require(config.label_token_init in LABEL_TOKEN_INITS,
+                f"Unknown label_token_init {config.label_token_init!r}. Valid choices: {', '.join(LABEL_TOKEN_INITS)}.")
+        require(config.label_token_scorer in LABEL_TOKEN_SCORERS,
+                f"Unknown label_token_scorer {config.label_token_scorer!r}. Valid choices: {', '.join(LABEL_TOKEN_SCORERS)}.")
+        ids = config.label_token_init_ids
+        if config.label_token_init in ("label_text", "cls"):
+            require(ids is not None,
+                    f"label_token_init={config.label_token_init!r} needs label_token_init_ids (the token ids each label "
+                    "starts from): build the model with from_backbone(), which reads them with the backbone's "
+                    "tokenizer, pass them, or choose label_token_init='vocab_mean' or 'random'.")
+            vocab_size = config.backbone_config.vocab_size
+            require(isinstance(ids, list) and len(ids) == num_labels,
+                    f"label_token_init_ids must hold one list of token ids per label ({num_labels}), got "
+                    f"{len(ids) if isinstance(ids, list) else type(ids).__name__}.")
+            for label, token_ids in enumerate(ids):
+                require(isinstance(token_ids, list) and len(token_ids) > 0
+                        and all(isinstance(i, int) and 0 <= i < vocab_size for i in token_ids),
+                        f"label_token_init_ids[{label}] = {token_ids!r} must be a non-empty list of token ids in "
+                        f"[0, {vocab_size - 1}].")
+        else:
+            require(ids is None, f"label_token_init_ids does not apply to label_token_init={config.label_token_init!r}.")
+        position = config.label_token_position
+        require(isinstance(position, int) and not isinstance(position, bool) and position >= AFTER_THE_TEXT,
+                f"label_token_position must be an integer >= 0 (after that many leading tokens) or -1 (after the "
+                f"text), got {position!r}.")
+        per_pass = config.label_tokens_per_pass
+        require(isinstance(per_pass, int) and not isinstance(per_pass, bool) and 1 <= per_pass <= num_labels,
+                f"label_tokens_per_pass must be an integer in [1, num_labels={num_labels}], got {per_pass!r}.")
+        require(config.position_ids_from_mask,
+                "pooling='label_tokens' needs position_ids_from_mask=True: the label tokens shift the text's positions.")
+
+    def __init__(self, config: PooledConfig):
+        super().__init__()
+        self.num_labels = config.num_labels
+        self.output_dim = config.backbone_config.hidden_size
+        self.label_embeddings = nn.Parameter(torch.empty(self.num_labels, self.output_dim))
+        self.position = config.label_token_position
+        self.per_pass = config.label_tokens_per_pass
+        self.num_passes = math.ceil(self.num_labels / self.per_pass)
+
+    # -- initialisation -------------------------------------------------------------------------------
+
+    def init_parameters(self, config, input_embeddings):
+        initialise = _INITIALISERS[config.label_token_init]
+        initialise(self.label_embeddings, input_embeddings.weight, config)
+
+    # -- checks against the backbone -------------------------------------------------------------------
+
+    def check_backbone(self, backbone: nn.Module, position_budget: int | None) -> None:
+        embeddings = _word_embeddings(backbone)
+        if embeddings.weight.shape[1] != self.output_dim:
+            raise ValueError(
+                f"pooling='label_tokens': {type(backbone).__name__}'s input embeddings are "
+                f"{embeddings.weight.shape[1]} wide but its hidden size is {self.output_dim}; label tokens need "
+                "input embeddings of the hidden size."
+            )
+        if position_budget is not None and position_budget - self.per_pass < 2:
+            raise ValueError(
+                f"label_tokens_per_pass={self.per_pass} leaves {position_budget - self.per_pass} of the backbone's "
+                f"{position_budget} positions for the text; lower label_tokens_per_pass."
+            )
+
+    # -- forward -------------------------------------------------------------------------------------
+
+    def encode(self, encoder, inputs: dict[str, Any], output_hidden_states: bool):
+        if inputs.get("position_ids") is not None:
+            raise ValueError("pooling='label_tokens' derives position ids itself; do not pass position_ids.")
+        layout = _Layout.build(inputs["attention_mask"], self, encoder.position_budget)
+        extended = layout.extend_inputs(inputs, encoder.pad_token_id)
+        label_vectors = self.label_embeddings[layout.label_index.clamp(min=0)]  # [B', T', H]
+        is_label = (layout.label_index >= 0).unsqueeze(-1)
+
+        def write_labels(word_embeddings: torch.Tensor) -> torch.Tensor:
+            return torch.where(is_label, label_vectors.to(word_embeddings.dtype), word_embeddings)
+
+        if extended.get("inputs_embeds") is not None:
+            extended["inputs_embeds"] = write_labels(extended["inputs_embeds"])
+            outputs = encoder.run_backbone(**extended, output_hidden_states=output_hidden_states)
+        else:
+            hook = _word_embeddings(encoder.backbone).register_forward_hook(lambda module, args, out: write_labels(out))
+            try:
+                outputs = encoder.run_backbone(**extended, output_hidden_states=output_hidden_states)
+            finally:
+                hook.remove()
+        return outputs, layout.read_labels(outputs.last_hidden_state)
+
+
+def _word_embeddings(backbone: nn.Module) -> nn.Module:
+    try:
+        embeddings = backbone.get_input_embeddings()
+    except (NotImplementedError, AttributeError):
+        embeddings = None
+    if not isinstance(getattr(embeddings, "weight", None), torch.Tensor) or embeddings.weight.ndim != 2:
+        raise ValueError(
+            f"pooling='label_tokens' writes label embeddings into the backbone's input embeddings, but "
+            f"{type(backbone).__name__} does not take input embeddings (get_input_embeddings() gives "
+            f"{type(embeddings).__name__}). Choose another pooling for this backbone."
+        )
+    return embeddings
+
+
+class _Layout:
+    """Where every text token and label token goes in the extended, right-padded sequences.
+
+    Row ``b * num_passes + g`` holds text ``b`` with label group ``g``. The layout depends only on each
+    text's own tokens, never on the batch's padding side or width, so the result is padding-invariant.
+    """
+
+    def __init__(self, source, keep, label_slot, label_index, mask, width, num_passes, per_pass, num_labels):
+        self.source = source  # [B', T'] index of the original token at each slot (0 where none)
+        self.keep = keep  # [B', T'] a text token sits at the slot
+        self.label_slot = label_slot  # [B', G] slot of each label token
+        self.label_index = label_index  # [B', T'] label id at each slot, -1 elsewhere
+        self.attention_mask = mask  # [B', T']
+        self.width, self.num_passes, self.per_pass, self.num_labels = width, num_passes, per_pass, num_labels
+
+    @classmethod
+    def build(cls, attention_mask: torch.Tensor, pooler: LabelTokenPooler, position_budget: int | None) -> _Layout:
+        real = attention_mask != 0
+        batch, length = real.shape
+        device = real.device
+        per_pass, num_passes = pooler.per_pass, pooler.num_passes
+        counts = real.sum(dim=1)
+        text_budget = length if position_budget is None else position_budget - per_pass
+        kept = counts.clamp(max=text_budget)
+        rank = real.long().cumsum(dim=1) - 1
+        is_last = rank == (counts - 1).unsqueeze(1)
+        # Truncation keeps the first kept - 1 tokens and the last one (the closing special token).
+        keep_token = real & ((rank < (kept - 1).unsqueeze(1)) | is_last)
+        text_slot = torch.where(is_last, (kept - 1).unsqueeze(1), rank)
+        insert_at = kept if pooler.position == AFTER_THE_TEXT else kept.clamp(max=pooler.position)
+        text_slot = text_slot + per_pass * (text_slot >= insert_at.unsqueeze(1))
+        width = int(kept.max()) + per_pass if batch else per_pass
+
+        # Scatter each kept token's original index to its slot; dropped tokens go to a spare last column.
+        slot_or_spare = torch.where(keep_token, text_slot, torch.full_like(text_slot, width))
+        source = torch.zeros(batch, width + 1, dtype=torch.long, device=device)
+        source.scatter_(1, slot_or_spare, torch.arange(length, device=device).expand(batch, length))
+        keep = torch.zeros(batch, width + 1, dtype=torch.bool, device=device)
+        keep.scatter_(1, slot_or_spare, keep_token)
+        source, keep = source[:, :width], keep[:, :width]
+
+        # One row per (text, label group).
+        source = source.repeat_interleave(num_passes, dim=0)
+        keep = keep.repeat_interleave(num_passes, dim=0)
+        offsets = torch.arange(per_pass, device=device)
+        label_slot = insert_at.repeat_interleave(num_passes).unsqueeze(1) + offsets  # [B', G]
+        group = torch.arange(num_passes, device=device).repeat(batch).unsqueeze(1)
+        label_id = group * per_pass + offsets  # [B', G]; ids >= num_labels pad the last group
+        valid = label_id < pooler.num_labels
+        label_index = torch.full((batch * num_passes, width), -1, dtype=torch.long, device=device)
+        label_index.scatter_(1, label_slot, torch.where(valid, label_id, -1))
+        mask = keep | (label_index >= 0)
+        return cls(source, keep, label_slot, label_index, mask.long(), width, num_passes, per_pass, pooler.num_labels)
+
+    def _gather(self, values: torch.Tensor, fill) -> torch.Tensor:
+        rows = values.repeat_interleave(self.num_passes, dim=0)
+        index = self.source if values.ndim == 2 else self.source.unsqueeze(-1).expand(-1, -1, values.shape[-1])
+        gathered = rows.gather(1, index)
+        keep = self.keep if values.ndim == 2 else self.keep.unsqueeze(-1)
+        return torch.where(keep, gathered, torch.as_tensor(fill, dtype=values.dtype, device=values.device))
+
+    def extend_inputs(self, inputs: dict[str, Any], pad_token_id: int) -> dict[str, Any]:
+        extended = {key: value for key, value in inputs.items() if key not in ("input_ids", "inputs_embeds",
+                                                                             "attention_mask", "token_type_ids")}
+        extended["attention_mask"] = self.attention_mask
+        if inputs.get("input_ids") is not None:
+            ids = self._gather(inputs["input_ids"], pad_token_id)
+            # Label slots hold the text's first token id (not padding, which some backbones treat specially)
+            # until the embedding hook overwrites their vectors.
+            first_token = ids.gather(1, self.keep.int().argmax(dim=1, keepdim=True))
+            extended["input_ids"] = torch.where(self.label_index >= 0, first_token, ids)
+        else:
+            extended["inputs_embeds"] = self._gather(inputs["inputs_embeds"], 0.0)
+        if inputs.get("token_type_ids") is not None:
+            extended["token_type_ids"] = self._gather(inputs["token_type_ids"], 0)
+        return extended
+
+    def read_labels(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        index = self.label_slot.unsqueeze(-1).expand(-1, -1, hidden_states.shape[-1])
+        states = hidden_states.gather(1, index)  # [B', G, H]
+        states = states.reshape(-1, self.num_passes * self.per_pass, hidden_states.shape[-1])
+        return states[:, : self.num_labels]
+
+
+def _init_random(parameter, word_embeddings, config):
+    init.normal_(parameter, std=config.initializer_range)
+
+
+def _init_vocab_mean(parameter, word_embeddings, config):
+    init.copy_(parameter, word_embeddings.mean(dim=0).expand_as(parameter))
+
+
+def _init_from_token_ids(parameter, word_embeddings, config):
+    # "cls": every label starts at the CLS embedding; "label_text": at the mean of its name's tokens.
+    vectors = [word_embeddings[torch.tensor(ids, device=word_embeddings.device)].mean(dim=0)
+               for ids in config.label_token_init_ids]
+    init.copy_(parameter, torch.stack(vectors))
+
+
+_INITIALISERS: dict[str, Callable] = {
+    "random": _init_random,
+    "vocab_mean": _init_vocab_mean,
+    "cls": _init_from_token_ids,
+    "label_text": _init_from_token_ids,
+}

@@ -1,0 +1,98 @@
+"""The backbone: building it without unused modules, loading its pretrained weights, feeding it positions.
+
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
+torch, transformers and its sibling model files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoModel, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+__all__ = ["backbone_class", "build_backbone", "load_backbone", "position_offset", "position_ids_from_mask"]
+
+# Submodules some backbones build but never call in forward. A parameter that never gets a gradient
+# makes DistributedDataParallel (find_unused_parameters=False) fail, so they are dropped.
+UNUSED_BACKBONE_MODULES = ("contact_head",)  # ESM's contact predictor, only run by predict_contacts()
+
+
+def backbone_class(backbone_config) -> type[PreTrainedModel]:
+    if type(backbone_config) not in MODEL_MAPPING:
+        raise ValueError(
+            f"transformers has no AutoModel class for backbone model_type {backbone_config.model_type!r}."
+        )
+    return MODEL_MAPPING[type(backbone_config)]
+
+
+def _backbone_init_kwargs(backbone_config) -> dict[str, Any]:
+    # BERT-style backbones build a dense+tanh pooler on the first token; no pooling here calls it.
+    parameters = inspect.signature(backbone_class(backbone_config).__init__).parameters
+    return {"add_pooling_layer": False} if "add_pooling_layer" in parameters else {}
+
+
+def _drop_unused_modules(backbone: PreTrainedModel) -> PreTrainedModel:
+    for name in UNUSED_BACKBONE_MODULES:
+        if isinstance(getattr(backbone, name, None), nn.Module):
+            setattr(backbone, name, None)
+    return backbone
+
+
+def build_backbone(backbone_config) -> PreTrainedModel:
+    """A randomly initialised backbone (weights come later from ``from_pretrained``)."""
+    return _drop_unused_modules(AutoModel.from_config(backbone_config, **_backbone_init_kwargs(backbone_config)))
+
+
+_UNSET = object()
+
+
+@contextlib.contextmanager
+def _expect_dropped_weights(model_class: type[PreTrainedModel], init_kwargs: dict[str, Any]):
+    """Keep the load report quiet about the checkpoint weights of the modules we chose not to build."""
+    dropped = list(UNUSED_BACKBONE_MODULES) + (["pooler"] if init_kwargs.get("add_pooling_layer") is False else [])
+    patterns = [rf"(^|\.){name}\." for name in dropped]
+    saved = model_class.__dict__.get("_keys_to_ignore_on_load_unexpected", _UNSET)
+    model_class._keys_to_ignore_on_load_unexpected = list(model_class._keys_to_ignore_on_load_unexpected or []) + patterns
+    try:
+        yield
+    finally:
+        if saved is _UNSET:
+            del model_class._keys_to_ignore_on_load_unexpected
+        else:
+            model_class._keys_to_ignore_on_load_unexpected = saved
+
+
+def load_backbone(name_or_path: str | os.PathLike, backbone_config, **kwargs) -> PreTrainedModel:
+    """The pretrained backbone, read from safetensors only."""
+    model_class = backbone_class(backbone_config)
+    init_kwargs = _backbone_init_kwargs(backbone_config)
+    with _expect_dropped_weights(model_class, init_kwargs):
+        backbone = model_class.from_pretrained(
+            name_or_path, config=backbone_config, use_safetensors=True, **init_kwargs, **kwargs
+        )
+    return _drop_unused_modules(backbone)
+
+
+def position_offset(backbone: nn.Module) -> int:
+    """First position id of a real token: padding_idx + 1 for RoBERTa-style embeddings, else 0."""
+    embeddings = getattr(backbone, "embeddings", None)
+    position_embeddings = getattr(embeddings, "position_embeddings", None)
+    if isinstance(position_embeddings, nn.Embedding) and position_embeddings.padding_idx is not None:
+        return position_embeddings.padding_idx + 1
+    return 0
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor, offset: int) -> torch.Tensor:
+    """Positions counted over real tokens only, so left and right padding give a text the same positions.
+
+    Padding gets the padding index where the backbone reserves one (``offset - 1``), else 0.
+    """
+    real = attention_mask != 0
+    positions = (real.long().cumsum(dim=-1) - 1).clamp(min=0) + offset
+    return positions.masked_fill(~real, max(offset - 1, 0))

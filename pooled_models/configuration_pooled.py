@@ -15,6 +15,7 @@ from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from .label_tokens import LabelTokenPooler  # noqa: F401  (registers pooling="label_tokens")
+from .losses import MULTI_LABEL_LOSSES
 from .pooling import POOLERS, get_pooler_class
 
 __all__ = ["PooledConfig", "CLASSIFIER_HEADS"]
@@ -66,6 +67,24 @@ class PooledConfig(PreTrainedConfig):
         classifier_activation (`str`, *optional*):
             `dense` head only. Activation after the dense layer, any name of `transformers.activations.ACT2FN`
             (`tanh`, `gelu`, `silu`, `relu`, ...). Defaults to `"tanh"`.
+        multi_label_loss (`str`, *optional*, defaults to `"bce"`):
+            Multi-label only. `"bce"` (binary cross-entropy), `"focal"` (focal loss, Lin et al. 2017) or
+            `"asymmetric"` (asymmetric loss, Ridnik et al. 2021), for label sets where most labels are
+            negative for most texts.
+        focal_gamma (`float`, *optional*):
+            `focal` only. Focusing exponent: easy examples count (1 - p_t)^gamma. Defaults to 2.0.
+        asymmetric_gamma_neg (`float`, *optional*):
+            `asymmetric` only. Focusing exponent of the negatives. Defaults to 4.0.
+        asymmetric_gamma_pos (`float`, *optional*):
+            `asymmetric` only. Focusing exponent of the positives. Defaults to 0.0.
+        asymmetric_clip (`float`, *optional*):
+            `asymmetric` only. Negatives with a probability below it add no loss. Defaults to 0.05.
+        pos_weight (`list[float]`, *optional*):
+            Multi-label only. Weight of the positive term of each label's loss, usually negatives/positives
+            in the training data (`pooled_models.thresholds.positive_weights` computes it).
+        decision_threshold (`float` or `list[float]`, *optional*):
+            Multi-label only. The sigmoid score from which a label is predicted: one for every label or one per
+            label, usually tuned on validation data (`pooled_models.thresholds.tune_thresholds`). Unset: 0.5.
         position_ids_from_mask (`bool`, *optional*, defaults to `True`):
             Derive the backbone's position ids from the attention mask, so a text gets the same positions
             (and the same output) whether it is padded on the left or on the right. Without it, left padding
@@ -109,6 +128,13 @@ class PooledConfig(PreTrainedConfig):
     classifier_hidden_size: int | None = None
     classifier_activation: str | None = None
     position_ids_from_mask: bool = True
+    multi_label_loss: str = "bce"
+    focal_gamma: float | None = None
+    asymmetric_gamma_neg: float | None = None
+    asymmetric_gamma_pos: float | None = None
+    asymmetric_clip: float | None = None
+    pos_weight: list[float] | None = None
+    decision_threshold: float | list[float] | None = None
     initializer_range: float | None = None
 
     def __post_init__(self, **kwargs):
@@ -118,6 +144,7 @@ class PooledConfig(PreTrainedConfig):
             self.label2id = {label: index for index, label in self.id2label.items()}
         self._check_pooling()
         self._check_head()
+        self._check_multi_label()
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
 
@@ -136,18 +163,21 @@ class PooledConfig(PreTrainedConfig):
 
     def _check_pooling(self) -> None:
         pooler_class = get_pooler_class(self.pooling)
-        applicable = pooler_class.options_for(self)
-        for option in sorted(_all_pooling_options(self) - set(applicable)):
+        self._fill_settings(f"pooling={self.pooling!r}", pooler_class.options_for(self), _all_pooling_options(self))
+        pooler_class.check_config(self)
+
+    def _fill_settings(self, owner: str, applicable: dict[str, Any], every: set[str]) -> None:
+        """Reject settings of ``every`` that ``owner`` does not read, fill the ones it reads with their defaults."""
+        for option in sorted(every - set(applicable)):
             if getattr(self, option, None) is not None:
                 raise ValueError(
-                    f"{option}={getattr(self, option)!r} does not apply to pooling={self.pooling!r}; the settings "
-                    f"of {self.pooling!r} are: {', '.join(sorted(applicable)) or 'none'}."
+                    f"{option}={getattr(self, option)!r} does not apply to {owner}; the settings of {owner} "
+                    f"are: {', '.join(sorted(applicable)) or 'none'}."
                 )
         # In declaration order: a default may depend on an earlier setting (label_token_init_ids on label_token_init).
         for option, default in applicable.items():
             if getattr(self, option, None) is None:
                 setattr(self, option, default(self) if callable(default) else default)
-        pooler_class.check_config(self)
 
     def _check_head(self) -> None:
         if self.classifier_head not in CLASSIFIER_HEADS:
@@ -179,6 +209,50 @@ class PooledConfig(PreTrainedConfig):
                 f"Unknown classifier_activation {self.classifier_activation!r}. "
                 f"Valid choices: {', '.join(sorted(ACT2FN))}."
             )
+
+
+    def _check_multi_label(self) -> None:
+        if self.multi_label_loss not in MULTI_LABEL_LOSSES:
+            raise ValueError(
+                f"Unknown multi_label_loss {self.multi_label_loss!r}. Valid choices: {', '.join(MULTI_LABEL_LOSSES)}."
+            )
+        every_loss_setting = {name for settings in MULTI_LABEL_LOSSES.values() for name in settings}
+        self._fill_settings(f"multi_label_loss={self.multi_label_loss!r}", MULTI_LABEL_LOSSES[self.multi_label_loss],
+                            every_loss_setting)
+        for name in sorted(every_loss_setting & set(MULTI_LABEL_LOSSES[self.multi_label_loss])):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 100:
+                raise ValueError(f"{name} must be a number in [0, 100), got {value!r}.")
+        if self.asymmetric_clip is not None and not self.asymmetric_clip < 1:
+            raise ValueError(f"asymmetric_clip must be in [0, 1), got {self.asymmetric_clip!r}.")
+        multi_label_only = {"pos_weight": self.pos_weight, "decision_threshold": self.decision_threshold}
+        if self.multi_label_loss != "bce":
+            multi_label_only["multi_label_loss"] = self.multi_label_loss
+        if self.problem_type not in (None, "multi_label_classification"):
+            for name, value in multi_label_only.items():
+                if value is not None:
+                    raise ValueError(
+                        f"{name}={value!r} applies to problem_type='multi_label_classification' only, "
+                        f"not to {self.problem_type!r}."
+                    )
+        _check_per_label_numbers("pos_weight", self.pos_weight, self.num_labels, low=0, high=float("inf"),
+                                 allow_single=False)
+        _check_per_label_numbers("decision_threshold", self.decision_threshold, self.num_labels, low=0, high=1,
+                                 allow_single=True)
+
+
+def _check_per_label_numbers(name: str, value: Any, num_labels: int, low: float, high: float, allow_single: bool):
+    """``value`` is None, a number in (low, high) when ``allow_single``, or one such number per label."""
+    if value is None:
+        return
+    values = [value] if allow_single and not isinstance(value, list) else value
+    shape = "a number or a list of one number per label" if allow_single else "a list of one number per label"
+    if not isinstance(values, list) or (isinstance(value, list) and len(values) != num_labels):
+        raise ValueError(f"{name} must be {shape} ({num_labels} labels), got {value!r}.")
+    for index, number in enumerate(values):
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not low < number < high:
+            where = f"{name}[{index}]" if isinstance(value, list) else name
+            raise ValueError(f"{where} = {number!r} must be a number in ({low}, {high}).")
 
 
 def _all_pooling_options(config: PooledConfig) -> set[str]:

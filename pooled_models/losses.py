@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["PROBLEM_TYPES", "infer_problem_type", "check_labels", "classification_loss"]
+__all__ = ["PROBLEM_TYPES", "MULTI_LABEL_LOSSES", "infer_problem_type", "check_labels", "classification_loss"]
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
@@ -108,11 +108,60 @@ def _check_regression_targets(labels, num_labels, batch_size):
     return labels
 
 
-def classification_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str) -> torch.Tensor:
-    """The loss transformers uses for ``problem_type``, on labels that passed :func:`check_labels`."""
-    if problem_type == "regression":
+# Multi-label losses and the settings each reads, with their defaults.
+MULTI_LABEL_LOSSES: dict[str, dict[str, float]] = {
+    "bce": {},
+    "focal": {"focal_gamma": 2.0},
+    "asymmetric": {"asymmetric_gamma_neg": 4.0, "asymmetric_gamma_pos": 0.0, "asymmetric_clip": 0.05},
+}
+EPS = 1e-8
+
+
+def classification_loss(logits: torch.Tensor, labels: torch.Tensor, config) -> torch.Tensor:
+    """The loss for ``config.problem_type`` (in float32), on labels that passed :func:`check_labels`."""
+    logits = logits.float()
+    if config.problem_type == "regression":
         predictions = logits.squeeze(-1) if labels.ndim == 1 else logits
-        return nn.functional.mse_loss(predictions.float(), labels)
-    if problem_type == "single_label_classification":
-        return nn.functional.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
-    return nn.functional.binary_cross_entropy_with_logits(logits.float(), labels)
+        return nn.functional.mse_loss(predictions, labels)
+    if config.problem_type == "single_label_classification":
+        return nn.functional.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
+    pos_weight = None
+    if config.pos_weight is not None:
+        pos_weight = torch.tensor(config.pos_weight, dtype=logits.dtype, device=logits.device)
+    return _MULTI_LABEL_LOSS_FUNCTIONS[config.multi_label_loss](logits, labels, pos_weight, config)
+
+
+def _bce(logits, targets, pos_weight, config):
+    return nn.functional.binary_cross_entropy_with_logits(logits, targets, pos_weight=pos_weight)
+
+
+def _focusing(probability: torch.Tensor, gamma: float) -> torch.Tensor:
+    # x^0 is 1 with a zero gradient; pow() would give 0 * inf = nan at x = 0.
+    return torch.ones_like(probability) if gamma == 0 else probability.clamp(min=EPS).pow(gamma)
+
+
+def _focal(logits, targets, pos_weight, config):
+    """Focal loss (Lin et al., 2017), sigmoid form: BCE scaled by (1 - p_t)^gamma, so easy cases count less."""
+    bce = nn.functional.binary_cross_entropy_with_logits(logits, targets, pos_weight=pos_weight, reduction="none")
+    probability = torch.sigmoid(logits)
+    p_true = probability * targets + (1 - probability) * (1 - targets)
+    return (_focusing(1 - p_true, config.focal_gamma) * bce).mean()
+
+
+def _asymmetric(logits, targets, pos_weight, config):
+    """Asymmetric loss (Ridnik et al., 2021): negatives are focused harder and shifted by ``asymmetric_clip``.
+
+    Positives: (1 - p)^gamma_pos * log(p); negatives: p_m^gamma_neg * log(1 - p_m) with p_m = max(p - clip, 0),
+    so easy negatives (p < clip) add nothing. Averaged over every (row, label) like BCE, so the same
+    learning rates apply.
+    """
+    probability = torch.sigmoid(logits)
+    shifted = (probability - config.asymmetric_clip).clamp(min=0)
+    positive = _focusing(1 - probability, config.asymmetric_gamma_pos) * nn.functional.logsigmoid(logits)
+    if pos_weight is not None:
+        positive = positive * pos_weight
+    negative = _focusing(shifted, config.asymmetric_gamma_neg) * torch.log((1 - shifted).clamp(min=EPS))
+    return -(targets * positive + (1 - targets) * negative).mean()
+
+
+_MULTI_LABEL_LOSS_FUNCTIONS = {"bce": _bce, "focal": _focal, "asymmetric": _asymmetric}

@@ -269,7 +269,7 @@ class PooledForSequenceClassification(PooledPreTrainedModel):
             if self.config.problem_type is None:
                 self.config.problem_type = infer_problem_type(labels, self.num_labels)
             targets = check_labels(labels, self.config.problem_type, self.num_labels, logits.shape[0])
-            loss = classification_loss(logits, targets.to(logits.device), self.config.problem_type)
+            loss = classification_loss(logits, targets.to(logits.device), self.config)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

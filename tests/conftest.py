@@ -27,3 +27,19 @@ def minilm_tokenizer(minilm_path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(minilm_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone_path(tmp_path_factory, minilm_tokenizer) -> str:
+    """A tiny random BERT (2 layers, hidden 32, 64 positions) saved with the MiniLM tokenizer: a real folder that
+    train.py can start from in seconds."""
+    from backbones import tiny_backbone_config
+    from transformers import BertModel
+
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    config = tiny_backbone_config("bert")
+    config.vocab_size = len(minilm_tokenizer)
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    minilm_tokenizer.save_pretrained(folder)
+    return str(folder)

@@ -15,7 +15,7 @@ from datasets import Dataset, List, Value
 
 from .labels import DataError, Labels, where
 
-__all__ = ["FILE_FORMATS", "Split", "load_splits", "check_texts", "attach_labels", "tokenize", "backbone_max_length"]
+__all__ = ["FILE_FORMATS", "Split", "load_splits", "check_texts", "attach_labels", "prepare_splits", "text_columns", "tokenize"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,23 +156,72 @@ def attach_labels(split: Split, labels: Labels, column: str, skip_unseen: bool) 
 
 
 # ----------------------------------------------------------------------------------------------------
-# Tokenizing
+# All of it: the splits a run needs, checked, with their targets
 # ----------------------------------------------------------------------------------------------------
 
 
-def backbone_max_length(tokenizer, model) -> int | None:
-    """The longest input the backbone takes: its position table (less RoBERTa's padding offset) and the tokenizer's limit."""
-    from .modeling_pooled import position_offset
+def prepare_splits(
+    data_args, roles: list[str], saved_labels: Labels | None = None, cache_dir: str | None = None
+) -> tuple[dict[str, Split], Labels]:
+    """The ``roles`` splits, checked and labelled, and the label space: from the training split, or ``saved_labels``
+    (a trained model's) when not training. A test split without labels is kept for prediction."""
+    splits = load_splits(data_args, roles, cache_dir)
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+              "test": data_args.max_predict_samples}
+    for role, split in splits.items():
+        if limits[role] is not None and limits[role] < len(split.dataset):
+            split.dataset = split.dataset.select(range(limits[role]))
+        _check_columns_and_texts(split, data_args)
+    labels = _label_space(splits, data_args, saved_labels)
+    for split in splits.values():
+        if split.labelled:
+            attach_labels(split, labels, data_args.label_column, data_args.skip_unseen_labels)
+    return splits, labels
 
-    limits = []
-    backbone = model.pooled.backbone
-    positions = getattr(backbone.config, "max_position_embeddings", None)
-    uses_position_table = getattr(backbone.config, "position_embedding_type", "absolute") == "absolute"
-    if isinstance(positions, int) and uses_position_table:
-        limits.append(positions - position_offset(backbone))
-    if isinstance(tokenizer.model_max_length, int) and tokenizer.model_max_length < 1_000_000:
-        limits.append(tokenizer.model_max_length)  # unset limits are a huge sentinel (VERY_LARGE_INTEGER)
-    return min(limits) if limits else None
+
+def text_columns(data_args) -> list[str]:
+    return [data_args.text_column] + ([data_args.text_pair_column] if data_args.text_pair_column else [])
+
+
+def _check_columns_and_texts(split: Split, data_args) -> None:
+    # A test split may come without labels: it is then only predicted.
+    split.labelled = split.name != "test" or data_args.label_column in split.dataset.column_names
+    split.require_columns(text_columns(data_args) + ([data_args.label_column] if split.labelled else []))
+    for column in text_columns(data_args):
+        check_texts(split, column)
+
+
+def _label_space(splits: dict[str, Split], data_args, saved_labels: Labels | None) -> Labels:
+    column = data_args.label_column
+    if "train" in splits:
+        train = splits["train"]
+        labels = Labels.from_training(
+            train.dataset[column], train.dataset.features[column], train.source, column,
+            problem_type=data_args.problem_type, separator=data_args.label_separator,
+        )
+        if saved_labels is not None and (labels.problem_type, labels.names) != (saved_labels.problem_type, saved_labels.names):
+            raise DataError(
+                f"The model was trained for {saved_labels.problem_type} with labels {saved_labels.names}; "
+                f"{train.source} gives {labels.problem_type} with labels {labels.names}. Start from the backbone to "
+                "train on new labels."
+            )
+    elif saved_labels is not None:
+        labels = saved_labels
+        labels.separator = data_args.label_separator
+    else:
+        raise DataError(
+            "Without do_train, model_name_or_path must be a model trained by train.py (its labels come from its "
+            "config), not a plain backbone."
+        )
+    test = splits.get("test")
+    if test is not None and test.labelled and labels.is_unlabelled(test.dataset[column], test.dataset.features[column]):
+        test.labelled = False  # labels withheld (all empty, or -1 in a ClassLabel column)
+    return labels
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tokenizing
+# ----------------------------------------------------------------------------------------------------
 
 
 def tokenize(split: Split, tokenizer, text_column: str, pair_column: str | None, max_length: int) -> None:

@@ -43,3 +43,13 @@ def tiny_backbone_path(tmp_path_factory, minilm_tokenizer) -> str:
     BertModel(config).save_pretrained(folder)
     minilm_tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models are all per-operation overhead, so one thread trains them faster; far faster when other processes
+    share the CPU, where two OpenMP threads spend their time waiting for each other."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -12,6 +12,8 @@ from pooled_models.labels import DataError, Labels, detect_problem_type
 
 REPO = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def bad_run(backbone, tmp_path, *flags):
     """Run train.py expecting a DataError; returns its message after checking nothing was written."""

@@ -19,6 +19,8 @@ from pooled_models.arguments import UsageError
 
 REPO = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 # Runs train.py's main with a callback that SIGKILLs the process as soon as the first checkpoint is on disk: no
 # cleanup code runs, as when a job is pre-empted.
 KILLED_RUN = textwrap.dedent(
@@ -89,18 +91,29 @@ def test_resume_refuses_a_checkpoint_without_safetensors(tiny_backbone_path, tmp
     assert leftovers(tmp_path / "out") == []
 
 
-def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path):
+# The README's commands: data parallel, and FSDP2 sharding each BERT layer (gathered into one file to save).
+LAUNCHES = {
+    "ddp": ["--multi_gpu"],
+    "fsdp": ["--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
+             "--fsdp_transformer_layer_cls_to_wrap", "BertLayer", "--fsdp_state_dict_type", "FULL_STATE_DICT"],
+}
+
+
+@pytest.mark.parametrize("launch", sorted(LAUNCHES))
+def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path, launch):
     train_file = write_rows(tmp_path / "train.csv", topic_rows(64))
     validation_file = write_rows(tmp_path / "validation.csv", topic_rows(20, seed=3))
     output_dir = tmp_path / "out"
     command = [
-        str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+        str(Path(sys.executable).parent / "accelerate"), "launch", *LAUNCHES[launch], "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
         str(REPO / "train.py"), "--model_name_or_path", tiny_backbone_path, "--train_file", str(train_file),
         "--validation_file", str(validation_file), "--do_train", "--do_eval", "--output_dir", str(output_dir),
-        *FAST, "--num_train_epochs", "2", "--per_device_train_batch_size", "8",
+        *FAST, "--num_train_epochs", "2", "--per_device_train_batch_size", "8", "--head_learning_rate", "3e-3",
     ]
-    result = subprocess.run(command, env=environment(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    # One thread per process: the two processes then share two cores without waiting on each other.
+    result = subprocess.run(command, env={**environment(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                            timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     metrics = json.loads((output_dir / "all_results.json").read_text())
     assert metrics["world_size"] == 2
@@ -110,3 +123,15 @@ def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path)
     model = AutoModelForSequenceClassification.from_pretrained(output_dir)
     assert type(model) is PooledForSequenceClassification
     assert leftovers(output_dir) == [output_dir]
+    # The saved weights are the trained ones: they reproduce the validation accuracy of the run.
+    from transformers import AutoTokenizer
+
+    from pooled_models.training import compute_metrics
+
+    rows = topic_rows(20, seed=3)
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    with torch.no_grad():
+        logits = model.eval()(**tokenizer([row["text"] for row in rows], padding=True, return_tensors="pt")).logits
+    labels = [model.config.label2id[row["label"]] for row in rows]
+    accuracy = compute_metrics(logits.numpy(), labels, "single_label_classification")["accuracy"]
+    assert accuracy == pytest.approx(metrics["eval_accuracy"])

@@ -28,9 +28,11 @@ from pooled_models.training import compute_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 @pytest.fixture(scope="module")
-def quickstart(tiny_backbone_path, tmp_path_factory, monkeypatch_module):
+def quickstart(one_torch_thread, tiny_backbone_path, tmp_path_factory, monkeypatch_module):
     """configs/quickstart.yaml as make demo runs it, on the tiny backbone and for one epoch."""
     monkeypatch_module.chdir(REPO)  # the config's data paths are relative to the repository
     output_dir = tmp_path_factory.mktemp("quickstart") / "model"

@@ -150,6 +150,7 @@ ModelArguments = dataclasses.make_dataclass(
     namespace={
         "__doc__": "The backbone, and every PooledConfig setting (pooling, head...) as its own argument.",
         "__module__": __name__,
+        "_argument_group_name": "model: the backbone, and every PooledConfig setting (pooling, head)",
     },
 )
 
@@ -171,6 +172,8 @@ def pooled_config_kwargs(model_args) -> dict[str, Any]:
 
 @dataclass
 class DataArguments:
+    _argument_group_name = "data"
+
     dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hugging Face Hub."})
     dataset_config_name: str | None = field(default=None, metadata={"help": "The Hub dataset's configuration."})
     train_split_name: str = field(default="train", metadata={"help": "Hub dataset split to train on."})
@@ -233,6 +236,8 @@ class DataArguments:
 
 @dataclass
 class PooledTrainingArguments(TrainingArguments):
+    _argument_group_name = "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
+
     # Defaults chosen by measurement on the fortunes benchmark (README, "Defaults"). output_dir has no default so a
     # run never writes into a folder nobody asked for.
     learning_rate: float = field(default=5e-5, metadata={"help": "Learning rate of the backbone."})

@@ -55,6 +55,7 @@ class CardFacts:
     dataset_name: str | None  # a Hub dataset id, if the data came from the Hub
     dataset_config: str | None
     data_format: str  # "csv", "json", "parquet" or the Hub id, for the model-index
+    split_sources: dict[str, str]  # split -> the dataset name the model-index gives it (a file name, or the Hub id)
     splits: list[dict[str, Any]]  # {"name", "rows", "truncated"}
     max_seq_length: int
     training_settings: dict[str, Any]
@@ -77,8 +78,8 @@ def _head_description(config) -> str:
     description = HEAD_DESCRIPTIONS.get(config.classifier_head, config.classifier_head)
     details = [f"dropout {config.classifier_dropout}"]
     if config.classifier_head == "dense":
-        details += [f"width {config.classifier_hidden_size}", f"activation {config.classifier_activation}"]
-    return f"{description}; {', '.join(details)}"
+        details += [f"width {config.classifier_hidden_size}", f"activation `{config.classifier_activation}`"]
+    return f"{description} ({', '.join(details)})"
 
 
 def _rounded(value: float) -> float | str:
@@ -97,7 +98,7 @@ def _eval_results(facts: CardFacts) -> list[EvalResult]:
                 EvalResult(
                     task_type=task,
                     dataset_type=facts.dataset_name or facts.data_format,
-                    dataset_name=facts.dataset_name or facts.data_description,
+                    dataset_name=facts.split_sources.get(split, facts.dataset_name or facts.data_format),
                     dataset_config=facts.dataset_config,
                     dataset_split=split,
                     metric_type=metric_id,
@@ -142,5 +143,5 @@ def render_model_card(facts: CardFacts, template_path: str | Path = DEFAULT_TEMP
         evaluation={split: {m: _rounded(v) for m, v in values.items()} for split, values in facts.evaluation.items()},
         evaluation_metrics=metrics,
         repo_id=facts.repo_id,
-        example_text=facts.example_text,
+        example_text_literal=repr(facts.example_text),
     )

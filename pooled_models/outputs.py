@@ -83,6 +83,7 @@ def write_model_card(
         dataset_name=data_args.dataset_name,
         dataset_config=data_args.dataset_config_name,
         data_format=_data_format(data_args),
+        split_sources=_split_sources(data_args, splits),
         splits=[{"name": split.name, "rows": len(split.encoded), "truncated": split.truncated} for split in splits.values()],
         max_seq_length=max_length,
         training_settings=_training_settings(training_args, labels),
@@ -103,6 +104,15 @@ def _data_description(data_args, splits: dict[str, Split]) -> str:
     if data_args.text_pair_column:
         columns += f" paired with `{data_args.text_pair_column}`"
     return f"From {source}; {columns}, labels from `{data_args.label_column}`."
+
+
+def _split_sources(data_args, splits: dict[str, Split]) -> dict[str, str]:
+    """What the model-index calls each evaluated split's dataset: the Hub id, or the file's name."""
+    if data_args.dataset_name:
+        config = f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else ""
+        return {name: data_args.dataset_name + config for name in splits}
+    files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
+    return {name: Path(files[name]).name for name in splits}
 
 
 def _data_format(data_args) -> str:

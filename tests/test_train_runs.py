@@ -100,7 +100,14 @@ def test_model_card_metadata_and_evaluation_table_hold_the_run(quickstart):
     assert results[("validation", "Accuracy (validation)")] == round(metrics["eval_accuracy"], 4)
     assert results[("test", "F1 (macro) (test)")] == round(metrics["test_f1_macro"], 4)
     text = card.text
-    assert f"| validation | {round(metrics['eval_accuracy'], 4)} | {round(metrics['eval_f1_macro'], 4)} |" in text
+    table = "\n".join([
+        "| Split | accuracy | f1_macro |",
+        "|---|---|---|",
+        f"| validation | {round(metrics['eval_accuracy'], 4)} | {round(metrics['eval_f1_macro'], 4)} |",
+        f"| test | {round(metrics['test_accuracy'], 4)} | {round(metrics['test_f1_macro'], 4)} |",
+    ])
+    assert table in text  # one Markdown table: no blank line may split it
+    assert {result.dataset_name for result in data.eval_results} == {"validation.csv", "test.csv"}
     assert "trust_remote_code=True" in text and "import pooled_models" in text
     assert "Average of the real tokens" in text  # what mean pooling is
     assert f"| learning rate (backbone) | {1e-3} |" in text

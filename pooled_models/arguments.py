@@ -10,6 +10,7 @@ keys that name code (``auto_map``, ``custom_pipelines``) are refused wherever th
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import inspect
@@ -110,6 +111,14 @@ class JSONValue:
             return text
 
 
+def _config_default(config_field: dataclasses.Field) -> Any:
+    if config_field.default is not dataclasses.MISSING:
+        return config_field.default
+    if config_field.default_factory is not dataclasses.MISSING:
+        return config_field.default_factory()
+    return None
+
+
 def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, Any, dataclasses.Field]]:
     """``make_dataclass`` fields for every setting of ``config_class``: its type, default and documented help."""
     types = _resolved_types(config_class)
@@ -117,13 +126,15 @@ def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, 
     fields = []
     for config_field in pooled_config_fields(config_class):
         annotation = _argument_type(types[config_field.name])
-        default = CLI_MODEL_DEFAULTS.get(config_field.name, config_field.default)
-        if default is dataclasses.MISSING:
-            default = None
+        default = CLI_MODEL_DEFAULTS.get(config_field.name, _config_default(config_field))
         metadata = {"help": helps.get(config_field.name, "A PooledConfig setting.")}
         if config_field.name == "pooling":
             metadata["choices"] = sorted(POOLERS)
-        fields.append((config_field.name, annotation, field(default=default, metadata=metadata)))
+        if isinstance(default, (list, dict)):
+            argument = field(default_factory=lambda default=default: copy.deepcopy(default), metadata=metadata)
+        else:
+            argument = field(default=default, metadata=metadata)
+        fields.append((config_field.name, annotation, argument))
     return fields
 
 
@@ -160,7 +171,7 @@ def pooled_config_kwargs(model_args) -> dict[str, Any]:
     chosen = {}
     for config_field in pooled_config_fields():
         value = getattr(model_args, config_field.name)
-        if value != config_field.default:
+        if value != _config_default(config_field):
             chosen[config_field.name] = value
     return chosen
 

@@ -176,7 +176,7 @@ class Labels:
         return all(_name(value, feature) is MISSING for value in values)
 
     def _check_compatible(self, feature, source: str, column: str) -> None:
-        if self.problem_type == "regression" and not (isinstance(feature, Value) and feature.dtype[:3] in ("flo", "int")):
+        if self.problem_type == "regression" and not (isinstance(feature, Value) and feature.dtype.startswith(("float", "int"))):
             raise DataError(
                 f"{where(source, column)} holds {_describe(feature)} values, but the training labels are numbers "
                 "(regression)."

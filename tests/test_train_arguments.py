@@ -93,6 +93,7 @@ def test_a_setting_added_to_the_config_becomes_a_flag_automatically():
         label_token_init: str | None = None
         label_token_scale: float = 1.0
         label_token_map: dict | None = None
+        label_token_names: list[str] = dataclasses.field(default_factory=lambda: ["a", "b"])
 
     arguments = dataclasses.make_dataclass("Arguments", model_argument_fields(ExtendedConfig))
     parser = HfArgumentParser(arguments)
@@ -101,6 +102,7 @@ def test_a_setting_added_to_the_config_becomes_a_flag_automatically():
         look_for_args_file=False,
     )
     assert (parsed.label_token_init, parsed.label_token_scale, parsed.label_token_map) == ("names", 0.5, {"joy": "happy"})
+    assert parsed.label_token_names == ["a", "b"]
     help_text = parser.format_help()
     assert "How the label embeddings start." in help_text
 

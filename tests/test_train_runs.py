@@ -291,3 +291,18 @@ def test_fast_settings_are_valid_flags():
 
     _, _, training_args = parse_arguments(["--output_dir", "x", *FAST])
     assert training_args.learning_rate == 1e-3 and training_args.num_train_epochs == 3
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_run_from_a_config_file(tiny_backbone_path, tmp_path, suffix):
+    data = write_rows(tmp_path / "train.jsonl", topic_rows(24))
+    settings = {"model_name_or_path": tiny_backbone_path, "train_file": str(data), "validation_file": str(data),
+                "output_dir": str(tmp_path / "out"), "do_train": True, "do_eval": True, "num_train_epochs": 1,
+                "pooling": "max", "classifier_head": "dense", "disable_tqdm": True}
+    config = tmp_path / f"run{suffix}"
+    config.write_text(json.dumps(settings) if suffix == ".json" else yaml.safe_dump(settings))
+    result = run([str(config), "--learning_rate", "2e-3"])
+    saved = json.loads((result.output_dir / "config.json").read_text())
+    assert (saved["pooling"], saved["classifier_head"]) == ("max", "dense")
+    assert json.loads((result.output_dir / "training_args.json").read_text())["learning_rate"] == 2e-3
+    assert "eval_accuracy" in result.metrics

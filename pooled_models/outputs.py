@@ -80,7 +80,7 @@ def write_model_card(
         base_model_on_hub=not Path(base_model).exists(),
         config=model.config,
         data_description=_data_description(data_args, splits),
-        dataset_name=data_args.dataset_name,
+        dataset_name=data_args.dataset_name if _on_hub(data_args.dataset_name) else None,
         dataset_config=data_args.dataset_config_name,
         data_format=_data_format(data_args),
         split_sources=_split_sources(data_args, splits),
@@ -95,8 +95,10 @@ def write_model_card(
 
 def _data_description(data_args, splits: dict[str, Split]) -> str:
     if data_args.dataset_name:
+        name = data_args.dataset_name
         config = f" (configuration `{data_args.dataset_config_name}`)" if data_args.dataset_config_name else ""
-        source = f"the Hub dataset [`{data_args.dataset_name}`](https://huggingface.co/datasets/{data_args.dataset_name}){config}"
+        where = f"the Hub dataset [`{name}`](https://huggingface.co/datasets/{name})" if _on_hub(name) else f"the dataset `{name}`"
+        source = where + config
     else:
         files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
         source = "local files: " + ", ".join(f"`{Path(files[name]).name}` ({name})" for name in splits)
@@ -104,6 +106,11 @@ def _data_description(data_args, splits: dict[str, Split]) -> str:
     if data_args.text_pair_column:
         columns += f" paired with `{data_args.text_pair_column}`"
     return f"From {source}; {columns}, labels from `{data_args.label_column}`."
+
+
+def _on_hub(name: str | None) -> bool:
+    # load_dataset also reads local dataset folders; only Hub ids belong in the card's metadata.
+    return bool(name) and not Path(name).exists()
 
 
 def _split_sources(data_args, splits: dict[str, Split]) -> dict[str, str]:

@@ -204,3 +204,32 @@ def test_features_of_a_hub_style_dataset_are_used(tmp_path):
 
     split = load_splits(Arguments(), ["train"])["train"]
     assert isinstance(split.dataset.features["label"], ClassLabel)
+
+
+def test_a_dataset_by_name_with_class_labels_and_withheld_test_labels(tiny_backbone_path, tmp_path):
+    """--dataset_name takes what load_dataset takes; a local dataset folder stands in for a Hub repository."""
+    from datasets import Dataset
+
+    features = Features({"text": Value("string"), "label": ClassLabel(names=["sport", "food", "music"])})
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    rows = topic_rows(30)
+    as_ids = {"text": [row["text"] for row in rows], "label": [features["label"].str2int(row["label"]) for row in rows]}
+    Dataset.from_dict(as_ids, features=features).to_parquet(folder / "train.parquet")
+    withheld = {"text": as_ids["text"][:6], "label": [-1] * 6}  # as GLUE-style test splits publish them
+    Dataset.from_dict(withheld, features=features).to_parquet(folder / "test.parquet")
+
+    message = bad_run(tiny_backbone_path, tmp_path, "--dataset_name", str(folder), "--do_train", "--do_eval")
+    assert message == (f"The Hub dataset {str(folder)!r} has no split 'validation' (for validation); its splits are: "
+                       "train, test. Choose one with --validation_split_name.")
+
+    result = train(tiny_backbone_path, tmp_path / "out", "--dataset_name", str(folder), "--do_train", "--do_predict",
+                   "--num_train_epochs", "1")
+    config = json.loads((result.output_dir / "config.json").read_text())
+    assert config["id2label"] == {"0": "sport", "1": "food", "2": "music"}  # the ClassLabel's order, not sorted
+    assert not [key for key in result.metrics if key.startswith("test_")]
+    predictions = (result.output_dir / "predictions.jsonl").read_text().splitlines()
+    assert len(predictions) == 6 and "label" not in json.loads(predictions[0])
+    card = (result.output_dir / "README.md").read_text()
+    assert "datasets:" not in card  # a local folder is not a Hub dataset id
+    assert f"From the dataset `{folder}`" in card

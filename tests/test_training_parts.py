@@ -130,3 +130,36 @@ def test_fortunes_builder_keeps_large_topics_and_drops_shared_quotations(tmp_pat
     assert build_fortunes(tmp_path, min_quotations=20, seed=3) == splits  # fixed by the seed
     capped = build_fortunes(tmp_path, min_quotations=20, max_per_class=10, seed=3)
     assert sum(len(split) for split in capped.values()) == 20
+
+
+def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
+    from backbones import tiny_backbone_config
+    from huggingface_hub import ModelCard
+
+    from pooled_models import PooledConfig
+    from pooled_models.model_card import CardFacts, render_model_card
+
+    config = PooledConfig(backbone_config=tiny_backbone_config("bert"), pooling="gem", num_labels=3,
+                          id2label={0: "anger", 1: "joy", 2: "fear"}, problem_type="multi_label_classification")
+    facts = CardFacts(
+        model_name="emotions", repo_id="someone/emotions", base_model="FacebookAI/roberta-base",
+        base_model_on_hub=True, config=config, data_description="From the Hub dataset go_emotions.",
+        dataset_name="google-research-datasets/go_emotions", dataset_config="simplified",
+        data_format="google-research-datasets/go_emotions",
+        split_sources={"validation": "google-research-datasets/go_emotions (simplified)"},
+        splits=[{"name": "train", "rows": 10, "truncated": 1}], max_seq_length=128,
+        training_settings={"seed": 3}, evaluation={"validation": {"f1_micro": 0.61234, "f1_macro": float("nan")}},
+        example_text="I'm so happy for you!",
+    )
+    path = tmp_path / "README.md"
+    render_model_card(facts).save(path)
+    card = ModelCard.load(path)
+    assert card.data.base_model == "FacebookAI/roberta-base"
+    assert card.data.datasets == ["google-research-datasets/go_emotions"]
+    assert card.data.tags == ["pooled_models", "pooling-gem", "multi-label-classification"]
+    (result,) = card.data.eval_results  # the NaN macro-F1 is not claimed as a result
+    assert (result.metric_type, result.metric_value, result.metric_args) == ("f1", 0.6123, {"average": "micro"})
+    assert (result.dataset_type, result.dataset_config, result.dataset_split) == (
+        "google-research-datasets/go_emotions", "simplified", "validation")
+    assert '"someone/emotions", top_k=None)' in card.text and "print(classify(\"I'm so happy for you!\"))" in card.text
+    assert "| `gem_p` | `3.0` |" in card.text and "| validation | n/a | 0.6123 |" in card.text

@@ -68,9 +68,16 @@ class StagedOutputDir:
         replaced = None
         if self.final.exists():
             replaced = self.final.with_name(self.final.name + ".replaced")
-            shutil.rmtree(replaced, ignore_errors=True)
+            _remove(replaced)
             self.final.rename(replaced)
         self.work.rename(self.final)
         if replaced is not None:
-            shutil.rmtree(replaced)
+            _remove(replaced)
         return self.final
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

@@ -379,9 +379,14 @@ def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTraining
             )
         parser.set_defaults(**file_values)  # flags given after the file override it
     _refuse_code_references([arg for arg in argv if arg.startswith("--")], "The command line")
-    *outputs, remaining = parser.parse_args_into_dataclasses(
-        args=argv, return_remaining_strings=True, look_for_args_file=False
-    )
+    try:
+        *outputs, remaining = parser.parse_args_into_dataclasses(
+            args=argv, return_remaining_strings=True, look_for_args_file=False
+        )
+    except UsageError:
+        raise
+    except ValueError as error:  # TrainingArguments' own consistency checks, e.g. mismatched eval/save strategies
+        raise UsageError(str(error)) from error
     if remaining:
         raise UsageError(f"Unknown arguments: {' '.join(remaining)}. Run train.py --help for the list.")
     return tuple(outputs)

@@ -156,3 +156,9 @@ def test_training_defaults_follow_the_validation_data():
 def test_output_dir_is_required():
     with pytest.raises(UsageError, match="output_dir is required"):
         parse_arguments(["--model_name_or_path", "x"])
+
+
+def test_inconsistent_training_settings_are_usage_errors():
+    with pytest.raises(UsageError, match="save and eval strategy to match"):
+        parse_arguments(["--output_dir", "o", "--do_train", "--do_eval", "--early_stopping_patience", "2",
+                         "--save_strategy", "steps"])

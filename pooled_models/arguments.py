@@ -151,7 +151,7 @@ class BackboneArguments:
         default=None, metadata={"help": "Tokenizer to use, if not the one saved with the backbone."}
     )
     model_revision: str | None = field(default=None, metadata={"help": "Branch, tag or commit of a Hub backbone."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded backbones are cached."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded backbones and datasets are cached."})
 
 
 ModelArguments = dataclasses.make_dataclass(
@@ -185,11 +185,13 @@ def pooled_config_kwargs(model_args) -> dict[str, Any]:
 class DataArguments:
     _argument_group_name = "data"
 
-    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hugging Face Hub."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "The Hub dataset's configuration."})
-    train_split_name: str = field(default="train", metadata={"help": "Hub dataset split to train on."})
-    validation_split_name: str = field(default="validation", metadata={"help": "Hub dataset split to evaluate on."})
-    test_split_name: str = field(default="test", metadata={"help": "Hub dataset split to test and predict on."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "A dataset on the Hugging Face Hub (or anything else load_dataset reads)."}
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The configuration of dataset_name."})
+    train_split_name: str = field(default="train", metadata={"help": "Split of dataset_name to train on."})
+    validation_split_name: str = field(default="validation", metadata={"help": "Split of dataset_name to evaluate on."})
+    test_split_name: str = field(default="test", metadata={"help": "Split of dataset_name to test and predict on."})
     train_file: str | None = field(default=None, metadata={"help": "A .csv, .tsv, .json, .jsonl or .parquet file."})
     validation_file: str | None = field(default=None, metadata={"help": "Same formats as train_file."})
     test_file: str | None = field(

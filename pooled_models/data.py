@@ -34,7 +34,7 @@ class Split:
     """One split of the data and where it came from (for error messages and the model card)."""
 
     name: str  # train / validation / test
-    source: str  # e.g. "train file data/train.csv" or "Hub dataset 'imdb', split 'test'"
+    source: str  # e.g. "train file data/train.csv" or "dataset 'imdb', split 'test'"
     dataset: Dataset  # the rows as read; attach_labels adds the targets as a "labels" column
     encoded: Dataset | None = None  # the model's inputs (and labels), set by tokenize
     labelled: bool = True
@@ -97,7 +97,7 @@ def _load_hub_splits(data_args, wanted: list[str], cache_dir: str | None) -> dic
     try:
         dataset = load_dataset(name, data_args.dataset_config_name, cache_dir=cache_dir)
     except Exception as error:
-        raise DataError(f"Cannot load the Hub dataset {label}: {_root_cause(error)}") from error
+        raise DataError(f"Cannot load the dataset {label}: {_root_cause(error)}") from error
     split_names = {"train": data_args.train_split_name, "validation": data_args.validation_split_name,
                    "test": data_args.test_split_name}
     splits = {}
@@ -105,10 +105,10 @@ def _load_hub_splits(data_args, wanted: list[str], cache_dir: str | None) -> dic
         split_name = split_names[role]
         if split_name not in dataset:
             raise DataError(
-                f"The Hub dataset {label} has no split {split_name!r} (for {role}); its splits are: "
+                f"The dataset {label} has no split {split_name!r} (for {role}); its splits are: "
                 f"{', '.join(dataset)}. Choose one with --{role}_split_name."
             )
-        splits[role] = Split(role, f"Hub dataset {label}, split {split_name!r}", dataset[split_name])
+        splits[role] = Split(role, f"dataset {label}, split {split_name!r}", dataset[split_name])
     return splits
 
 

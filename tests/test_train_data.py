@@ -220,7 +220,7 @@ def test_a_dataset_by_name_with_class_labels_and_withheld_test_labels(tiny_backb
     Dataset.from_dict(withheld, features=features).to_parquet(folder / "test.parquet")
 
     message = bad_run(tiny_backbone_path, tmp_path, "--dataset_name", str(folder), "--do_train", "--do_eval")
-    assert message == (f"The Hub dataset {str(folder)!r} has no split 'validation' (for validation); its splits are: "
+    assert message == (f"The dataset {str(folder)!r} has no split 'validation' (for validation); its splits are: "
                        "train, test. Choose one with --validation_split_name.")
 
     result = train(tiny_backbone_path, tmp_path / "out", "--dataset_name", str(folder), "--do_train", "--do_predict",

@@ -92,13 +92,18 @@ _SCALARS = (str, int, float, bool)
 def _argument_type(annotation: Any) -> Any:
     """The type HfArgumentParser is given for a config field."""
     arguments = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-    origin = typing.get_origin(annotation)
-    if annotation in _SCALARS or origin in (list, Literal):
-        return annotation
-    if len(arguments) == 1 and (arguments[0] in _SCALARS or typing.get_origin(arguments[0]) in (list, Literal)):
-        return annotation  # X | None
-    # Anything richer (a dict, a union of several types) is given as JSON on the command line.
+    if _flag_friendly(annotation) or (len(arguments) == 1 and _flag_friendly(arguments[0])):
+        return annotation  # X or X | None
+    # Anything richer (a dict, a list of lists, a union of several types) is given as JSON on the command line.
     return JSONValue | None
+
+
+def _flag_friendly(annotation: Any) -> bool:
+    """A scalar, a Literal, or a list of scalars: what argparse parses from flags by itself."""
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        return all(item in _SCALARS for item in typing.get_args(annotation))
+    return annotation in _SCALARS or origin is Literal
 
 
 class JSONValue:
@@ -266,9 +271,6 @@ class PooledTrainingArguments(TrainingArguments):
             "best model (turns on load_best_model_at_end)."
         },
     )
-    multi_label_threshold: float = field(
-        default=0.5, metadata={"help": "Multi-label: a label is predicted when its sigmoid score reaches this."}
-    )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Replace an existing output_dir (only once the new run has succeeded)."}
     )
@@ -295,8 +297,6 @@ class PooledTrainingArguments(TrainingArguments):
             raise UsageError("output_dir is required: the folder the trained model is saved in.")
         if self.head_learning_rate is not None and self.head_learning_rate <= 0:
             raise UsageError(f"head_learning_rate must be > 0, got {self.head_learning_rate}.")
-        if not 0 < self.multi_label_threshold < 1:
-            raise UsageError(f"multi_label_threshold must lie in (0, 1), got {self.multi_label_threshold}.")
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")

@@ -36,12 +36,6 @@ TASK_DESCRIPTIONS = {
     "regression": "text regression",
 }
 
-HEAD_DESCRIPTIONS = {
-    "linear": "dropout and a linear layer",
-    "dense": "dropout, a dense layer with an activation, dropout and an output layer",
-}
-
-
 @dataclass
 class CardFacts:
     """What the card reports about one run."""
@@ -51,6 +45,7 @@ class CardFacts:
     base_model: str
     base_model_on_hub: bool
     config: Any  # the trained model's PooledConfig
+    head_class: type  # the class of the model's classification head (its docstring says what it does)
     data_description: str
     dataset_name: str | None  # a Hub dataset id, if the data came from the Hub
     dataset_config: str | None
@@ -63,23 +58,25 @@ class CardFacts:
     example_text: str = "An example sentence to classify."
 
 
-def _pooling_description(pooling: str) -> str:
-    doc = inspect.getdoc(get_pooler_class(pooling)) or ""
-    first_paragraph = doc.split("\n\n")[0]
+def _summary(cls: type) -> str:
+    """The first paragraph of a class's docstring, as Markdown."""
+    first_paragraph = (inspect.getdoc(cls) or cls.__name__).split("\n\n")[0]
     return " ".join(first_paragraph.split()).replace("``", "`")
 
 
 def _pooling_settings(config) -> dict[str, Any]:
     options = get_pooler_class(config.pooling).options_for(config)
-    return {name: getattr(config, name) for name in sorted(options)}
+    # Long values (the label-token pooling's token ids of every label name) are left to config.json.
+    return {name: value if len(repr(value)) <= 60 else "(see config.json)"
+            for name, value in ((name, getattr(config, name)) for name in sorted(options))}
 
 
-def _head_description(config) -> str:
-    description = HEAD_DESCRIPTIONS.get(config.classifier_head, config.classifier_head)
+def _head_description(facts: CardFacts) -> str:
+    config = facts.config
     details = [f"dropout {config.classifier_dropout}"]
     if config.classifier_head == "dense":
         details += [f"width {config.classifier_hidden_size}", f"activation `{config.classifier_activation}`"]
-    return f"{description} ({', '.join(details)})"
+    return f"{_summary(facts.head_class).rstrip('.')} ({', '.join(details)})"
 
 
 def _rounded(value: float) -> float | str:
@@ -130,10 +127,10 @@ def render_model_card(facts: CardFacts, template_path: str | Path = DEFAULT_TEMP
         task_description=TASK_DESCRIPTIONS[config.problem_type],
         base_model=facts.base_model,
         pooling=config.pooling,
-        pooling_description=_pooling_description(config.pooling),
+        pooling_description=_summary(get_pooler_class(config.pooling)),
         pooling_settings=_pooling_settings(config),
         head=config.classifier_head,
-        head_description=_head_description(config),
+        head_description=_head_description(facts),
         problem_type=config.problem_type,
         labels=[config.id2label[index] for index in range(config.num_labels)] if config.problem_type != "regression" else [],
         data_description=facts.data_description,

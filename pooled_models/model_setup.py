@@ -8,9 +8,10 @@ import logging
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
 from .arguments import UsageError, pooled_config_kwargs
+from .backbone import position_offset
 from .configuration_pooled import PooledConfig
 from .labels import Labels
-from .modeling_pooled import PooledForSequenceClassification, position_offset
+from .modeling_pooled import PooledForSequenceClassification
 
 __all__ = ["saved_pooled_config", "build_model", "load_tokenizer", "backbone_max_length", "choose_max_length"]
 
@@ -29,7 +30,9 @@ def saved_pooled_config(model_args) -> PooledConfig | None:
     return config if isinstance(config, PooledConfig) else None
 
 
-def build_model(model_args, labels: Labels, saved_config: PooledConfig | None) -> PooledForSequenceClassification:
+def build_model(
+    model_args, labels: Labels, saved_config: PooledConfig | None, tokenizer
+) -> PooledForSequenceClassification:
     settings = pooled_config_kwargs(model_args)
     if saved_config is not None:
         changed = {name: value for name, value in settings.items() if getattr(saved_config, name) != value}
@@ -38,16 +41,19 @@ def build_model(model_args, labels: Labels, saved_config: PooledConfig | None) -
                 f"{model_args.model_name_or_path} is a trained pooled model; its settings cannot change "
                 f"({', '.join(f'{name}={value!r}' for name, value in changed.items())}). Start from its backbone instead."
             )
-        return AutoModelForSequenceClassification.from_pretrained(
+        model = AutoModelForSequenceClassification.from_pretrained(
             model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,
             use_safetensors=True, trust_remote_code=False,
         )
+        model.config.pad_token_id = tokenizer.pad_token_id
+        return model
     backbone_kwargs = {key: value for key, value in
                        (("revision", model_args.model_revision), ("cache_dir", model_args.cache_dir)) if value}
     try:
-        return PooledForSequenceClassification.from_backbone(
+        model = PooledForSequenceClassification.from_backbone(
             model_args.model_name_or_path,
             backbone_kwargs=backbone_kwargs,
+            tokenizer=tokenizer,  # the label-token pooling starts each label's token from its name's tokens
             num_labels=labels.num_labels,
             id2label=labels.id2label,
             label2id=labels.label2id if labels.names else None,
@@ -56,9 +62,11 @@ def build_model(model_args, labels: Labels, saved_config: PooledConfig | None) -
         )
     except ValueError as error:  # PooledConfig's checks: a setting that does not apply, an unknown pooling...
         raise UsageError(str(error)) from error
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model
 
 
-def load_tokenizer(model_args, model):
+def load_tokenizer(model_args):
     tokenizer = AutoTokenizer.from_pretrained(
         model_args.tokenizer_name or model_args.model_name_or_path, revision=model_args.model_revision,
         cache_dir=model_args.cache_dir, trust_remote_code=False,
@@ -67,12 +75,12 @@ def load_tokenizer(model_args, model):
         if tokenizer.eos_token is None:
             raise UsageError(f"The tokenizer of {model_args.model_name_or_path} has neither a pad nor an eos token.")
         tokenizer.pad_token = tokenizer.eos_token
-    model.config.pad_token_id = tokenizer.pad_token_id
     return tokenizer
 
 
 def backbone_max_length(tokenizer, model) -> int | None:
-    """The longest input the backbone takes: its position table (less RoBERTa's padding offset) and the tokenizer's limit."""
+    """The longest text the model takes: the backbone's position table (less RoBERTa's padding offset) and the
+    tokenizer's limit, less the label tokens a label-token pooling inserts into every input."""
     limits = []
     backbone = model.pooled.backbone
     positions = getattr(backbone.config, "max_position_embeddings", None)
@@ -81,7 +89,10 @@ def backbone_max_length(tokenizer, model) -> int | None:
         limits.append(positions - position_offset(backbone))
     if isinstance(tokenizer.model_max_length, int) and tokenizer.model_max_length < 1_000_000:
         limits.append(tokenizer.model_max_length)  # unset limits are a huge sentinel (VERY_LARGE_INTEGER)
-    return min(limits) if limits else None
+    if not limits:
+        return None
+    # The label-token pooler puts per_pass label tokens into each input; the model itself would cut a longer text.
+    return min(limits) - getattr(model.pooled.pooler, "per_pass", 0)
 
 
 def choose_max_length(requested: int | None, tokenizer, model) -> int:

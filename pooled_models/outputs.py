@@ -12,6 +12,7 @@ from typing import Any
 from .data import Split, text_columns
 from .labels import Labels
 from .model_card import METRIC_IDS, CardFacts, render_model_card
+from .thresholds import predict_label_sets
 from .training import probabilities
 
 __all__ = [
@@ -31,9 +32,13 @@ PREDICTIONS_FILE = "predictions.jsonl"
 RESULTS_FILE = "all_results.json"
 
 
-def write_predictions(path: Path, split: Split, logits, labels: Labels, data_args, threshold: float) -> None:
-    """One JSON object per test row: its text(s), its label if known, the prediction and the scores by label name."""
+def write_predictions(path: Path, split: Split, logits, labels: Labels, data_args, config) -> None:
+    """One JSON object per test row: its text(s), its label if known, the prediction and the scores by label name.
+
+    Multi-label predictions are the labels at or above the model's ``decision_threshold``, as ``predict_label_sets``
+    gives them to users of the saved model."""
     scores = probabilities(logits, labels.problem_type)
+    label_sets = predict_label_sets(scores, config, from_logits=False) if config.problem_type == "multi_label_classification" else None
     rows = split.dataset
     with open(path, "w", encoding="utf-8") as handle:
         for index in range(len(rows)):
@@ -48,7 +53,7 @@ def write_predictions(path: Path, split: Split, logits, labels: Labels, data_arg
                 if labels.problem_type == "single_label_classification":
                     record["prediction"] = labels.names[int(scores[index].argmax())]
                 else:
-                    record["prediction"] = [name for name, score in by_name.items() if score >= threshold]
+                    record["prediction"] = label_sets[index]
                 record["scores"] = by_name
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
@@ -79,6 +84,7 @@ def write_model_card(
         base_model=base_model,
         base_model_on_hub=not Path(base_model).exists(),
         config=model.config,
+        head_class=type(model.classifier),
         data_description=_data_description(data_args, splits),
         dataset_name=data_args.dataset_name if _on_hub(data_args.dataset_name) else None,
         dataset_config=data_args.dataset_config_name,
@@ -149,8 +155,6 @@ def _training_settings(args, labels: Labels) -> dict[str, Any]:
             settings["best model by"] = args.metric_for_best_model
         if args.early_stopping_patience:
             settings["early stopping patience"] = args.early_stopping_patience
-    if labels.problem_type == "multi_label_classification":
-        settings["decision threshold"] = args.multi_label_threshold
     return settings
 
 

@@ -77,8 +77,8 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = ()) -> RunResult
     saved_config = saved_pooled_config(model_args)
     splits, labels = prepare_splits(data_args, roles, Labels.from_config(saved_config) if saved_config else None,
                                     cache_dir=model_args.cache_dir)
-    model = build_model(model_args, labels, saved_config)
-    tokenizer = load_tokenizer(model_args, model)
+    tokenizer = load_tokenizer(model_args)
+    model = build_model(model_args, labels, saved_config, tokenizer)
     max_length = choose_max_length(data_args.max_seq_length, tokenizer, model)
     with training_args.main_process_first(desc="tokenizing"):
         for split in splits.values():
@@ -100,7 +100,7 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = ()) -> RunResult
         eval_dataset=splits["validation"].encoded if "validation" in splits else None,
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=metrics_function(labels.problem_type, training_args.multi_label_threshold),
+        compute_metrics=metrics_function(model.config),
         callbacks=callbacks_for(training_args) + list(callbacks),
     )
     try:
@@ -175,6 +175,6 @@ def _train_and_evaluate(trainer, splits: dict[str, Split], checkpoint, labels: L
             metrics.update(prediction.metrics)
         if trainer.is_world_process_zero():
             write_predictions(Path(args.output_dir) / PREDICTIONS_FILE, test, prediction.predictions, labels,
-                              data_args, args.multi_label_threshold)
+                              data_args, trainer.model.config)
     metrics["world_size"] = args.world_size
     return metrics

@@ -14,6 +14,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from .arguments import UsageError
+from .thresholds import DEFAULT_THRESHOLD
 
 __all__ = [
     "BEST_MODEL_METRIC",
@@ -52,9 +53,11 @@ def probabilities(logits: np.ndarray, problem_type: str) -> np.ndarray:
     return logits.reshape(len(logits), -1)[:, 0] if logits.ndim > 1 else logits
 
 
-def compute_metrics(logits: np.ndarray, labels: np.ndarray, problem_type: str, threshold: float = 0.5) -> dict[str, float]:
-    """accuracy and macro-F1 (single-label); micro/macro-F1 at ``threshold`` and exact-match accuracy (multi-label);
-    MSE, Pearson and Spearman (regression)."""
+def compute_metrics(
+    logits: np.ndarray, labels: np.ndarray, problem_type: str, threshold: float | list[float] | None = None
+) -> dict[str, float]:
+    """accuracy and macro-F1 (single-label); micro/macro-F1 at ``threshold`` (one for all labels or one per label,
+    0.5 when unset) and exact-match accuracy (multi-label); MSE, Pearson and Spearman (regression)."""
     from sklearn.metrics import accuracy_score, f1_score
 
     if problem_type == "single_label_classification":
@@ -64,6 +67,7 @@ def compute_metrics(logits: np.ndarray, labels: np.ndarray, problem_type: str, t
             "f1_macro": float(f1_score(labels, predicted, average="macro", zero_division=0)),
         }
     if problem_type == "multi_label_classification":
+        threshold = DEFAULT_THRESHOLD if threshold is None else np.asarray(threshold, dtype=float)
         predicted = (probabilities(logits, problem_type) >= threshold).astype(int)
         truth = np.asarray(labels).astype(int)
         return {
@@ -87,12 +91,13 @@ def _regression_metrics(predicted: np.ndarray, truth: np.ndarray) -> dict[str, f
     return metrics
 
 
-def metrics_function(problem_type: str, threshold: float = 0.5) -> Callable[[EvalPrediction], dict[str, float]]:
-    """``compute_metrics`` for the Trainer."""
+def metrics_function(config) -> Callable[[EvalPrediction], dict[str, float]]:
+    """``compute_metrics`` for the Trainer of a model with this config (multi-label: at its ``decision_threshold``,
+    read when the metrics are computed, so a threshold set after training counts)."""
 
     def compute(prediction: EvalPrediction) -> dict[str, float]:
         logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
-        return compute_metrics(logits, prediction.label_ids, problem_type, threshold)
+        return compute_metrics(logits, prediction.label_ids, config.problem_type, config.decision_threshold)
 
     return compute
 

@@ -134,14 +134,22 @@ def test_problem_type_is_detected_and_each_gets_its_metrics(tiny_backbone_path, 
     assert isinstance(prediction["prediction"], float)
 
 
-def test_multi_label_strings_split_by_a_separator(tiny_backbone_path, tmp_path):
+def test_multi_label_strings_split_by_a_separator_and_the_decision_threshold(tiny_backbone_path, tmp_path):
     rows = [{"text": row["text"], "label": "|".join(row["label"])} for row in multi_label_rows(40)]
     data = write_rows(tmp_path / "multi.csv", rows)
+    # One threshold per label (sorted names: food, music, sport), saved with the model and used everywhere.
     result = train(tiny_backbone_path, tmp_path / "out", "--train_file", str(data), "--test_file", str(data),
-                   "--label_separator", "|", "--do_train", "--do_predict", "--num_train_epochs", "1")
-    prediction = json.loads((result.output_dir / "predictions.jsonl").read_text().splitlines()[0])
-    assert isinstance(prediction["prediction"], list) and set(prediction["scores"]) == {"food", "music", "sport"}
-    assert all(0 <= score <= 1 for score in prediction["scores"].values())
+                   "--label_separator", "|", "--do_train", "--do_predict", "--num_train_epochs", "1",
+                   "--decision_threshold", "[0.3, 0.5, 0.7]")
+    config = json.loads((result.output_dir / "config.json").read_text())
+    assert config["decision_threshold"] == [0.3, 0.5, 0.7]
+    thresholds = dict(zip(["food", "music", "sport"], config["decision_threshold"], strict=True))
+    predictions = [json.loads(line) for line in (result.output_dir / "predictions.jsonl").read_text().splitlines()]
+    assert len(predictions) == 40
+    for prediction in predictions:
+        assert set(prediction["scores"]) == set(thresholds)
+        expected = [name for name, score in prediction["scores"].items() if score >= thresholds[name]]
+        assert prediction["prediction"] == expected
 
 
 def test_integer_labels_keep_their_order_and_names(tiny_backbone_path, tmp_path):
@@ -306,3 +314,20 @@ def test_a_run_from_a_config_file(tiny_backbone_path, tmp_path, suffix):
     assert (saved["pooling"], saved["classifier_head"]) == ("max", "dense")
     assert json.loads((result.output_dir / "training_args.json").read_text())["learning_rate"] == 2e-3
     assert "eval_accuracy" in result.metrics
+
+
+def test_label_token_pooling_starts_from_the_label_names_and_leaves_room_for_them(tiny_backbone_path, tmp_path, caplog):
+    rows = multi_label_rows(30)
+    rows[0]["text"] = " ".join(["guitar"] * 100)  # longer than the 64 positions less the 3 label tokens
+    data = write_rows(tmp_path / "multi.jsonl", rows)
+    result = train(tiny_backbone_path, tmp_path / "out", "--train_file", str(data), "--validation_file", str(data),
+                   "--do_train", "--do_eval", "--num_train_epochs", "1", "--pooling", "label_tokens")
+    config = json.loads((result.output_dir / "config.json").read_text())
+    assert config["pooling"] == "label_tokens" and config["label_token_init"] == "label_text"
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
+    names = [config["id2label"][str(index)] for index in range(3)]
+    assert config["label_token_init_ids"] == [tokenizer(name, add_special_tokens=False)["input_ids"] for name in names]
+    assert "rows are longer than 61 tokens and were truncated" in caplog.text
+    assert {"eval_f1_micro", "eval_f1_macro"} <= set(result.metrics)

@@ -48,6 +48,14 @@ def test_multi_label_metrics_use_the_threshold_on_sigmoid_scores():
         assert metrics["exact_match"] == pytest.approx(np.mean((predicted == labels).all(axis=1)))
 
 
+def test_multi_label_metrics_take_one_threshold_per_label():
+    logits = np.log(np.array([[0.4, 0.6], [0.2, 0.9]]) / (1 - np.array([[0.4, 0.6], [0.2, 0.9]])))  # these sigmoids
+    labels = np.array([[1.0, 0.0], [0.0, 1.0]])
+    # label 0 at 0.3: predicted for row 0 only (right); label 1 at 0.7: predicted for row 1 only (right)
+    assert compute_metrics(logits, labels, "multi_label_classification", [0.3, 0.7])["exact_match"] == 1.0
+    assert compute_metrics(logits, labels, "multi_label_classification")["exact_match"] == 0.5  # 0.5: row 0 misses label 0
+
+
 def test_regression_metrics():
     rng = np.random.default_rng(2)
     truth = rng.permutation(30).astype(float)  # no ties, so ranks are argsort positions
@@ -137,13 +145,14 @@ def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
     from huggingface_hub import ModelCard
 
     from pooled_models import PooledConfig
+    from pooled_models.heads import LinearHead
     from pooled_models.model_card import CardFacts, render_model_card
 
     config = PooledConfig(backbone_config=tiny_backbone_config("bert"), pooling="gem", num_labels=3,
                           id2label={0: "anger", 1: "joy", 2: "fear"}, problem_type="multi_label_classification")
     facts = CardFacts(
         model_name="emotions", repo_id="someone/emotions", base_model="FacebookAI/roberta-base",
-        base_model_on_hub=True, config=config, data_description="From the Hub dataset go_emotions.",
+        base_model_on_hub=True, config=config, head_class=LinearHead, data_description="From the Hub dataset go_emotions.",
         dataset_name="google-research-datasets/go_emotions", dataset_config="simplified",
         data_format="google-research-datasets/go_emotions",
         split_sources={"validation": "google-research-datasets/go_emotions (simplified)"},
@@ -162,4 +171,5 @@ def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
     assert (result.dataset_type, result.dataset_config, result.dataset_split) == (
         "google-research-datasets/go_emotions", "simplified", "validation")
     assert '"someone/emotions", top_k=None)' in card.text and "print(classify(\"I'm so happy for you!\"))" in card.text
+    assert "The head is `linear`: Dropout and a linear layer (BERT style) (dropout 0.1)." in card.text
     assert "| `gem_p` | `3.0` |" in card.text and "| validation | n/a | 0.6123 |" in card.text

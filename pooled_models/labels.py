@@ -111,10 +111,9 @@ class Labels:
             for row, value in enumerate(values):
                 labels._regression_target(value, source, column, row)
             return labels
-        seen: dict[str, None] = {}  # insertion-ordered set
+        seen: set[str] = set()
         for row, value in enumerate(values):
-            for name in labels._names_of(value, source, column, row):
-                seen.setdefault(name)
+            seen.update(labels._names_of(value, source, column, row))
         item_feature = _item_feature(feature) or feature
         if isinstance(item_feature, ClassLabel):
             labels.names = list(item_feature.names)  # the dataset's own id order

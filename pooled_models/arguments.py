@@ -51,6 +51,11 @@ REFUSED_KEYS = ("trust_remote_code", "auto_map", "custom_pipelines")
 # Where train.py's default differs from PooledConfig's (see the README's "Defaults" section for the measurements).
 CLI_MODEL_DEFAULTS: dict[str, Any] = {}
 
+# train.py's optimisation defaults where they differ from TrainingArguments' (README, "Defaults").
+HEAD_LEARNING_RATE = 1e-3
+NUM_TRAIN_EPOCHS = 4.0
+TRAIN_BATCH_SIZE = 16
+
 
 class UsageError(ValueError):
     """A problem with the arguments or the data that the user can fix; train.py prints it without a traceback."""
@@ -256,13 +261,20 @@ class DataArguments:
 class PooledTrainingArguments(TrainingArguments):
     _argument_group_name = "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
 
-    # Defaults chosen by measurement on the fortunes benchmark (README, "Defaults"). output_dir has no default so a
-    # run never writes into a folder nobody asked for.
+    # The optimisation defaults were chosen by measurement (bench/choose_defaults.py; README, "Defaults"). output_dir
+    # has no default, so a run never writes into a folder nobody asked for.
     learning_rate: float = field(default=5e-5, metadata={"help": "Learning rate of the backbone."})
     head_learning_rate: float | None = field(
-        default=None,
-        metadata={"help": "Learning rate of the pooler and head, which start from random weights (default: learning_rate)."},
+        default=HEAD_LEARNING_RATE,
+        metadata={"help": "Learning rate of the pooler and head, which start from random weights and so need larger "
+                  "steps than the pretrained backbone."},
     )
+    num_train_epochs: float = field(default=NUM_TRAIN_EPOCHS, metadata={"help": "Number of passes over the training data."})
+    per_device_train_batch_size: int = field(default=TRAIN_BATCH_SIZE, metadata={"help": "Training batch size per process."})
+    warmup_steps: float = field(
+        default=0.1, metadata={"help": "Linear warmup: a number of steps, or a fraction of all steps when below 1."}
+    )
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (not on biases and norms)."})
     freeze_backbone: bool = field(default=False, metadata={"help": "Train only the pooler and head."})
     early_stopping_patience: int | None = field(
         default=None,
@@ -295,8 +307,8 @@ class PooledTrainingArguments(TrainingArguments):
     def __post_init__(self):
         if self.output_dir is None:
             raise UsageError("output_dir is required: the folder the trained model is saved in.")
-        if self.head_learning_rate is not None and self.head_learning_rate <= 0:
-            raise UsageError(f"head_learning_rate must be > 0, got {self.head_learning_rate}.")
+        if self.head_learning_rate is not None and self.head_learning_rate < 0:
+            raise UsageError(f"head_learning_rate must be >= 0, got {self.head_learning_rate}.")
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")

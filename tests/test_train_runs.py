@@ -185,7 +185,8 @@ def test_head_learning_rate_and_frozen_backbone(tiny_backbone_path, tmp_path):
     class RecordOptimizer(TrainerCallback):
         def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
             head = {id(p) for p in [*model.pooled.pooler.parameters(), *model.classifier.parameters()]}
-            seen["groups"] = [({id(p) in head for p in group["params"]}, group["lr"]) for group in optimizer.param_groups]
+            # initial_lr: the rate the scheduler scales (warmup starts the current one at 0)
+            seen["groups"] = [({id(p) in head for p in group["params"]}, group["initial_lr"]) for group in optimizer.param_groups]
 
     result = train(tiny_backbone_path, tmp_path / "out", "--train_file", str(data), "--do_train", "--num_train_epochs",
                    "1", "--head_learning_rate", "5e-3", "--freeze_backbone", callbacks=[RecordOptimizer()])
@@ -209,7 +210,7 @@ def test_early_stopping_stops_when_the_metric_stalls_and_keeps_the_best(tiny_bac
     # With both learning rates at zero nothing improves, so patience 1 stops after the second evaluation.
     result = train(tiny_backbone_path, tmp_path / "out", "--train_file", str(data), "--validation_file", str(data),
                    "--do_train", "--do_eval", "--num_train_epochs", "10", "--learning_rate", "0",
-                   "--early_stopping_patience", "1")
+                   "--head_learning_rate", "0", "--early_stopping_patience", "1")
     assert result.metrics["epoch"] == 2
     state = json.loads((result.output_dir / "trainer_state.json").read_text())
     assert Path(state["best_model_checkpoint"]).name == "checkpoint-2"
@@ -331,3 +332,13 @@ def test_label_token_pooling_starts_from_the_label_names_and_leaves_room_for_the
     assert config["label_token_init_ids"] == [tokenizer(name, add_special_tokens=False)["input_ids"] for name in names]
     assert "rows are longer than 61 tokens and were truncated" in caplog.text
     assert {"eval_f1_micro", "eval_f1_macro"} <= set(result.metrics)
+
+
+def test_checkpoints_are_kept_only_when_asked(tiny_backbone_path, tmp_path):
+    data = write_rows(tmp_path / "train.csv", topic_rows(24))
+    kept = train(tiny_backbone_path, tmp_path / "kept", "--train_file", str(data), "--do_train", "--num_train_epochs",
+                 "3", "--keep_checkpoints")
+    # save_total_limit 2 (the default) keeps the last two epochs' checkpoints, weights as safetensors
+    assert sorted(path.name for path in kept.output_dir.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6"]
+    assert (kept.output_dir / "checkpoint-6" / "model.safetensors").is_file()
+    assert not list(kept.output_dir.glob("checkpoint-*/pytorch_model.bin"))

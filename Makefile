@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench clean
+.PHONY: install test lint bench bench-fortunes demo clean
 
 install: $(STAMP)
 
@@ -25,6 +25,14 @@ lint: install
 
 bench: install
 	$(BIN)/python bench/overhead.py
+
+# train.py's defaults against logistic regression on frozen MiniLM embeddings (about 15 minutes on 2 CPU cores).
+bench-fortunes: install
+	$(BIN)/python bench/fortunes_defaults.py
+
+# The quickstart: fine-tunes the packaged MiniLM on the generated demo data, offline, in a few minutes on 2 CPU cores.
+demo: install
+	$(BIN)/python train.py configs/quickstart.yaml
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

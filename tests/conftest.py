@@ -27,3 +27,29 @@ def minilm_tokenizer(minilm_path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(minilm_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone_path(tmp_path_factory, minilm_tokenizer) -> str:
+    """A tiny random BERT (2 layers, hidden 32, 64 positions) saved with the MiniLM tokenizer: a real folder that
+    train.py can start from in seconds."""
+    from backbones import tiny_backbone_config
+    from transformers import BertModel
+
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    config = tiny_backbone_config("bert")
+    config.vocab_size = len(minilm_tokenizer)
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    minilm_tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models are all per-operation overhead, so one thread trains them faster; far faster when other processes
+    share the CPU, where two OpenMP threads spend their time waiting for each other."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

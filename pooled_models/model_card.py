@@ -1,0 +1,144 @@
+"""The model card (README.md) of a trained model, rendered from a template in ``model_cards/`` with
+huggingface_hub's ``ModelCard``: Hub metadata (library, pipeline tag, datasets, metrics, evaluation results),
+what the pooling does, the training settings, the evaluation table and code to load the model."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from .pooling import get_pooler_class
+
+__all__ = ["TEMPLATES_DIR", "DEFAULT_TEMPLATE", "METRIC_IDS", "CardFacts", "render_model_card"]
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_cards"
+DEFAULT_TEMPLATE = TEMPLATES_DIR / "pooled_classifier.md"
+
+# Our metric names -> (Hub metric id, pretty name, arguments) for the card's model-index.
+METRIC_IDS = {
+    "accuracy": ("accuracy", "Accuracy", None),
+    "f1_macro": ("f1", "F1 (macro)", {"average": "macro"}),
+    "f1_micro": ("f1", "F1 (micro)", {"average": "micro"}),
+    "exact_match": ("accuracy", "Exact-match accuracy", {"subset": True}),
+    "mse": ("mse", "MSE", None),
+    "pearson": ("pearsonr", "Pearson r", None),
+    "spearman": ("spearmanr", "Spearman rho", None),
+}
+
+TASK_DESCRIPTIONS = {
+    "single_label_classification": "text classification",
+    "multi_label_classification": "multi-label text classification",
+    "regression": "text regression",
+}
+
+@dataclass
+class CardFacts:
+    """What the card reports about one run."""
+
+    model_name: str  # the repository name, or the output folder's name
+    repo_id: str  # what from_pretrained is given in the card's code (Hub id or local path)
+    base_model: str
+    base_model_on_hub: bool
+    config: Any  # the trained model's PooledConfig
+    head_class: type  # the class of the model's classification head (its docstring says what it does)
+    data_description: str
+    dataset_name: str | None  # a Hub dataset id, if the data came from the Hub
+    dataset_config: str | None
+    data_format: str  # "csv", "json", "parquet" or the Hub id, for the model-index
+    split_sources: dict[str, str]  # split -> the dataset name the model-index gives it (a file name, or the Hub id)
+    splits: list[dict[str, Any]]  # {"name", "rows", "truncated"}
+    max_seq_length: int
+    training_settings: dict[str, Any]
+    evaluation: dict[str, dict[str, float]] = field(default_factory=dict)  # split -> metric -> value
+    example_text: str = "An example sentence to classify."
+
+
+def _summary(cls: type) -> str:
+    """The first paragraph of a class's docstring, as Markdown."""
+    first_paragraph = (inspect.getdoc(cls) or cls.__name__).split("\n\n")[0]
+    return " ".join(first_paragraph.split()).replace("``", "`")
+
+
+def _pooling_settings(config) -> dict[str, Any]:
+    options = get_pooler_class(config.pooling).options_for(config)
+    # Long values (the label-token pooling's token ids of every label name) are left to config.json.
+    return {name: value if len(repr(value)) <= 60 else "(see config.json)"
+            for name, value in ((name, getattr(config, name)) for name in sorted(options))}
+
+
+def _head_description(facts: CardFacts) -> str:
+    config = facts.config
+    details = [f"dropout {config.classifier_dropout}"]
+    if config.classifier_head == "dense":
+        details += [f"width {config.classifier_hidden_size}", f"activation `{config.classifier_activation}`"]
+    return f"{_summary(facts.head_class).rstrip('.')} ({', '.join(details)})"
+
+
+def _rounded(value: float) -> float | str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else round(float(value), 4)
+
+
+def _eval_results(facts: CardFacts) -> list[EvalResult]:
+    task = "text-classification"
+    results = []
+    for split, metrics in facts.evaluation.items():
+        for metric, value in metrics.items():
+            if metric not in METRIC_IDS or value is None or math.isnan(value):
+                continue
+            metric_id, pretty, arguments = METRIC_IDS[metric]
+            results.append(
+                EvalResult(
+                    task_type=task,
+                    dataset_type=facts.dataset_name or facts.data_format,
+                    dataset_name=facts.split_sources.get(split, facts.dataset_name or facts.data_format),
+                    dataset_config=facts.dataset_config,
+                    dataset_split=split,
+                    metric_type=metric_id,
+                    metric_name=f"{pretty} ({split})",
+                    metric_value=_rounded(value),
+                    metric_args=arguments,
+                )
+            )
+    return results
+
+
+def render_model_card(facts: CardFacts, template_path: str | Path = DEFAULT_TEMPLATE) -> ModelCard:
+    config = facts.config
+    metrics = sorted({metric for split in facts.evaluation.values() for metric in split if metric in METRIC_IDS})
+    card_data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag="text-classification",
+        base_model=facts.base_model if facts.base_model_on_hub else None,
+        datasets=[facts.dataset_name] if facts.dataset_name else None,
+        metrics=sorted({METRIC_IDS[metric][0] for metric in metrics}) or None,
+        tags=["pooled_models", f"pooling-{config.pooling}", config.problem_type.replace("_", "-")],
+        model_name=facts.model_name,
+        eval_results=_eval_results(facts) or None,
+    )
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(template_path),
+        model_title=facts.model_name,
+        task_description=TASK_DESCRIPTIONS[config.problem_type],
+        base_model=facts.base_model,
+        pooling=config.pooling,
+        pooling_description=_summary(get_pooler_class(config.pooling)),
+        pooling_settings=_pooling_settings(config),
+        head=config.classifier_head,
+        head_description=_head_description(facts),
+        problem_type=config.problem_type,
+        labels=[config.id2label[index] for index in range(config.num_labels)] if config.problem_type != "regression" else [],
+        data_description=facts.data_description,
+        splits=facts.splits,
+        max_seq_length=facts.max_seq_length,
+        training_settings=facts.training_settings,
+        evaluation={split: {m: _rounded(v) for m, v in values.items()} for split, values in facts.evaluation.items()},
+        evaluation_metrics=metrics,
+        repo_id=facts.repo_id,
+        example_text_literal=repr(facts.example_text),
+    )

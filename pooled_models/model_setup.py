@@ -1,0 +1,108 @@
+"""The model and tokenizer a train.py run starts from: a backbone with a new pooler and head, or a model that
+train.py saved before (to evaluate it or train it further). Nothing here runs code from a checkpoint."""
+
+from __future__ import annotations
+
+import logging
+
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+from .arguments import UsageError, pooled_config_kwargs
+from .backbone import position_offset
+from .configuration_pooled import PooledConfig
+from .labels import Labels
+from .modeling_pooled import PooledForSequenceClassification
+
+__all__ = ["saved_pooled_config", "build_model", "load_tokenizer", "backbone_max_length", "choose_max_length"]
+
+logger = logging.getLogger(__name__)
+
+
+def saved_pooled_config(model_args) -> PooledConfig | None:
+    """The config of a model saved by train.py, when ``model_name_or_path`` is one; None for a plain backbone."""
+    try:
+        config = AutoConfig.from_pretrained(
+            model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,
+            trust_remote_code=False,
+        )
+    except (OSError, ValueError) as error:
+        raise UsageError(f"Cannot load the model {model_args.model_name_or_path!r}: {error}") from error
+    return config if isinstance(config, PooledConfig) else None
+
+
+def build_model(
+    model_args, labels: Labels, saved_config: PooledConfig | None, tokenizer
+) -> PooledForSequenceClassification:
+    settings = pooled_config_kwargs(model_args)
+    if saved_config is not None:
+        changed = {name: value for name, value in settings.items() if getattr(saved_config, name) != value}
+        if changed:
+            raise UsageError(
+                f"{model_args.model_name_or_path} is a trained pooled model; its settings cannot change "
+                f"({', '.join(f'{name}={value!r}' for name, value in changed.items())}). Start from its backbone instead."
+            )
+        model = AutoModelForSequenceClassification.from_pretrained(
+            model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,
+            use_safetensors=True, trust_remote_code=False,
+        )
+        model.config.pad_token_id = tokenizer.pad_token_id
+        return model
+    backbone_kwargs = {key: value for key, value in
+                       (("revision", model_args.model_revision), ("cache_dir", model_args.cache_dir)) if value}
+    try:
+        model = PooledForSequenceClassification.from_backbone(
+            model_args.model_name_or_path,
+            backbone_kwargs=backbone_kwargs,
+            tokenizer=tokenizer,  # the label-token pooling starts each label's token from its name's tokens
+            num_labels=labels.num_labels,
+            id2label=labels.id2label,
+            label2id=labels.label2id if labels.names else None,
+            problem_type=labels.problem_type,
+            **settings,
+        )
+    except ValueError as error:  # PooledConfig's checks: a setting that does not apply, an unknown pooling...
+        raise UsageError(str(error)) from error
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def load_tokenizer(model_args):
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.tokenizer_name or model_args.model_name_or_path, revision=model_args.model_revision,
+        cache_dir=model_args.cache_dir, trust_remote_code=False,
+    )
+    if tokenizer.pad_token is None:  # decoders (GPT-2, Llama) have none; the attention mask hides it anyway
+        if tokenizer.eos_token is None:
+            raise UsageError(f"The tokenizer of {model_args.model_name_or_path} has neither a pad nor an eos token.")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def backbone_max_length(tokenizer, model) -> int | None:
+    """The longest text the model takes: the backbone's position table (less RoBERTa's padding offset) and the
+    tokenizer's limit, less the label tokens a label-token pooling inserts into every input."""
+    limits = []
+    backbone = model.pooled.backbone
+    positions = getattr(backbone.config, "max_position_embeddings", None)
+    uses_position_table = getattr(backbone.config, "position_embedding_type", "absolute") == "absolute"
+    if isinstance(positions, int) and uses_position_table:
+        limits.append(positions - position_offset(backbone))
+    if isinstance(tokenizer.model_max_length, int) and tokenizer.model_max_length < 1_000_000:
+        limits.append(tokenizer.model_max_length)  # unset limits are a huge sentinel (VERY_LARGE_INTEGER)
+    if not limits:
+        return None
+    # The label-token pooler puts per_pass label tokens into each input; the model itself would cut a longer text.
+    return min(limits) - getattr(model.pooled.pooler, "per_pass", 0)
+
+
+def choose_max_length(requested: int | None, tokenizer, model) -> int:
+    """``max_seq_length``: the backbone's limit by default, and never more."""
+    limit = backbone_max_length(tokenizer, model)
+    if requested is None:
+        if limit is None:
+            raise UsageError("The backbone states no maximum input length; set --max_seq_length.")
+        return limit
+    if limit is not None and requested > limit:
+        logger.warning("max_seq_length=%d is more than the backbone takes; using its limit, %d.", requested, limit)
+        return limit
+    return requested

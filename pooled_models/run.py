@@ -1,0 +1,180 @@
+"""What ``python train.py`` does: arguments -> checked data -> model -> Trainer -> a saved, documented model.
+
+Every check (arguments, files, columns, texts, labels, the output folder) runs before the first folder is
+created; :mod:`pooled_models.staging` makes the output folder appear only once the run has succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import transformers
+from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
+
+from .arguments import UsageError, parse_arguments
+from .data import Split, prepare_splits, tokenize
+from .labels import Labels
+from .model_setup import build_model, choose_max_length, load_tokenizer, saved_pooled_config
+from .outputs import (
+    PREDICTIONS_FILE,
+    classify_examples,
+    print_summary,
+    push_folder,
+    write_model_card,
+    write_predictions,
+    write_results,
+)
+from .packaged import resolve_backbone
+from .staging import StagedOutputDir
+from .training import (
+    BEST_MODEL_METRIC,
+    PooledTrainer,
+    callbacks_for,
+    freeze_backbone,
+    metrics_function,
+    resolve_checkpoint,
+)
+
+__all__ = ["RunResult", "run", "main"]
+
+logger = logging.getLogger("pooled_models.train")
+
+
+@dataclass
+class RunResult:
+    output_dir: Path | None  # None on the processes that do not write
+    metrics: dict[str, float] = field(default_factory=dict)
+    examples: list[Any] = field(default_factory=list)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of train.py: runs, and reports usage and data errors without a traceback."""
+    try:
+        run(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as error:
+        print(f"train.py: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run(argv: list[str], callbacks: Sequence[TrainerCallback] = ()) -> RunResult:
+    """Train and/or evaluate as ``argv`` says; ``callbacks`` are added to the Trainer's."""
+    model_args, data_args, training_args = parse_arguments(argv)
+    _set_up_logging(training_args)
+    roles = _roles(training_args)
+    base_model = _resolve_backbone(model_args)
+    staging = StagedOutputDir(training_args.output_dir, overwrite=training_args.overwrite_output_dir)
+    checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, staging.work) if training_args.do_train else None
+    if training_args.should_save:
+        staging.check(resuming=checkpoint is not None)
+    set_seed(training_args.seed)
+
+    saved_config = saved_pooled_config(model_args)
+    splits, labels = prepare_splits(data_args, roles, Labels.from_config(saved_config) if saved_config else None,
+                                    cache_dir=model_args.cache_dir)
+    tokenizer = load_tokenizer(model_args)
+    model = build_model(model_args, labels, saved_config, tokenizer)
+    max_length = choose_max_length(data_args.max_seq_length, tokenizer, model)
+    with training_args.main_process_first(desc="tokenizing"):
+        for split in splits.values():
+            tokenize(split, tokenizer, data_args.text_column, data_args.text_pair_column, max_length)
+    if training_args.freeze_backbone:
+        logger.info("Backbone frozen: %d parameters will not be trained.", freeze_backbone(model))
+    if training_args.load_best_model_at_end and not training_args.best_metric_chosen:
+        training_args.metric_for_best_model, training_args.greater_is_better = BEST_MODEL_METRIC[labels.problem_type]
+
+    # Everything is checked: from here on the run writes, into the staging folder only.
+    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, complete, at the end
+    if training_args.should_save:
+        staging.create(resuming=checkpoint is not None)
+    training_args.output_dir = str(staging.work)
+    trainer = PooledTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=splits["train"].encoded if "train" in splits else None,
+        eval_dataset=splits["validation"].encoded if "validation" in splits else None,
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=metrics_function(model.config),
+        callbacks=callbacks_for(training_args) + list(callbacks),
+    )
+    try:
+        metrics = _train_and_evaluate(trainer, splits, checkpoint, labels, data_args)
+    except BaseException:
+        if trainer.is_world_process_zero():
+            if staging.abandon():
+                logger.error("The run failed; its checkpoints stay in %s for --resume_from_checkpoint true.", staging.work)
+            else:
+                logger.error("The run failed before its first checkpoint; nothing was kept.")
+        raise
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.is_world_process_zero():
+        return RunResult(output_dir=None, metrics=metrics)
+
+    write_model_card(staging.work, staging.final, model, training_args, base_model, data_args, splits, labels,
+                     max_length, metrics, pushed=push_to_hub)
+    write_results(staging.work, metrics, training_args)
+    output_dir = staging.publish(keep_checkpoints=training_args.keep_checkpoints)
+    if push_to_hub:
+        push_folder(output_dir, training_args)
+    examples = classify_examples(output_dir, data_args.example_texts) if data_args.example_texts else []
+    print_summary(output_dir, metrics, examples)
+    return RunResult(output_dir=output_dir, metrics=metrics, examples=examples)
+
+
+def _set_up_logging(training_args) -> None:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    level = training_args.get_process_log_level()
+    logging.getLogger("pooled_models").setLevel(logging.INFO if training_args.should_log else level)
+    transformers.utils.logging.set_verbosity(level)
+
+
+def _roles(training_args) -> list[str]:
+    """The splits the run needs: train (do_train), validation (do_eval), test (do_predict)."""
+    wanted = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
+    roles = [role for role, needed in wanted.items() if needed]
+    if not roles:
+        raise UsageError("Nothing to do: set do_train, do_eval and/or do_predict.")
+    if training_args.load_best_model_at_end and not training_args.do_eval:
+        raise UsageError("load_best_model_at_end and early_stopping_patience need validation data and --do_eval.")
+    return roles
+
+
+def _resolve_backbone(model_args) -> str:
+    """Resolve a packaged backbone to its folder; returns the name the model card gives the base model."""
+    if not model_args.model_name_or_path:
+        raise UsageError("model_name_or_path is required: a backbone (Hub id or folder) or a model saved by train.py.")
+    model_args.model_name_or_path, hub_id = resolve_backbone(model_args.model_name_or_path)
+    return hub_id or model_args.model_name_or_path
+
+
+def _train_and_evaluate(trainer, splits: dict[str, Split], checkpoint, labels: Labels, data_args) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    args = trainer.args
+    if args.do_train:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+        metrics.update(result.metrics, train_rows=len(splits["train"].encoded))
+        trainer.log_metrics("train", result.metrics)
+        trainer.save_state()
+    # The final (or best) model and the tokenizer; an evaluation-only run publishes the model it evaluated.
+    trainer.save_model()
+    if args.do_eval:
+        evaluation = trainer.evaluate()
+        trainer.log_metrics("eval", evaluation)
+        metrics.update(evaluation)
+    if args.do_predict:
+        test = splits["test"]
+        prediction = trainer.predict(test.encoded, metric_key_prefix="test")
+        if test.labelled:
+            trainer.log_metrics("test", prediction.metrics)
+            metrics.update(prediction.metrics)
+        if trainer.is_world_process_zero():
+            write_predictions(Path(args.output_dir) / PREDICTIONS_FILE, test, prediction.predictions, labels,
+                              data_args, trainer.model.config)
+    metrics["world_size"] = args.world_size
+    return metrics

@@ -139,7 +139,7 @@ def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, 
         default = CLI_MODEL_DEFAULTS.get(config_field.name, _config_default(config_field))
         metadata = {"help": helps.get(config_field.name, "A PooledConfig setting.")}
         if config_field.name == "pooling":
-            metadata["choices"] = sorted(POOLERS)
+            metadata["choices"] = POOLERS.keys()  # a live view: poolers registered after this import count too
         if isinstance(default, (list, dict)):
             argument = field(default_factory=lambda default=default: copy.deepcopy(default), metadata=metadata)
         else:

@@ -13,7 +13,9 @@ from .configuration_pooled import PooledConfig
 from .labels import Labels
 from .modeling_pooled import PooledForSequenceClassification
 
-__all__ = ["saved_pooled_config", "build_model", "load_tokenizer", "backbone_max_length", "choose_max_length"]
+__all__ = [
+    "saved_pooled_config", "build_model", "load_tokenizer", "backbone_of", "backbone_max_length", "choose_max_length"
+]
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +80,16 @@ def load_tokenizer(model_args):
     return tokenizer
 
 
+def backbone_of(model):
+    """The encoder of a pooled model, or of any other Transformers model (the sweep's vanilla baseline)."""
+    return model.pooled.backbone if hasattr(model, "pooled") else model.base_model
+
+
 def backbone_max_length(tokenizer, model) -> int | None:
     """The longest text the model takes: the backbone's position table (less RoBERTa's padding offset) and the
     tokenizer's limit, less the label tokens a label-token pooling inserts into every input."""
     limits = []
-    backbone = model.pooled.backbone
+    backbone = backbone_of(model)
     positions = getattr(backbone.config, "max_position_embeddings", None)
     uses_position_table = getattr(backbone.config, "position_embedding_type", "absolute") == "absolute"
     if isinstance(positions, int) and uses_position_table:
@@ -92,7 +99,8 @@ def backbone_max_length(tokenizer, model) -> int | None:
     if not limits:
         return None
     # The label-token pooler puts per_pass label tokens into each input; the model itself would cut a longer text.
-    return min(limits) - getattr(model.pooled.pooler, "per_pass", 0)
+    pooler = model.pooled.pooler if hasattr(model, "pooled") else None
+    return min(limits) - getattr(pooler, "per_pass", 0)
 
 
 def choose_max_length(requested: int | None, tokenizer, model) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ import transformers
 from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from .arguments import UsageError, parse_arguments
+from .configuration_pooled import PooledConfig
 from .data import Split, prepare_splits, tokenize
 from .labels import Labels
 from .model_setup import build_model, choose_max_length, load_tokenizer, saved_pooled_config
@@ -50,6 +51,7 @@ class RunResult:
     output_dir: Path | None  # None on the processes that do not write
     metrics: dict[str, float] = field(default_factory=dict)
     examples: list[Any] = field(default_factory=list)
+    parameters: int = 0  # the model's parameter count
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,8 +64,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run(argv: list[str], callbacks: Sequence[TrainerCallback] = ()) -> RunResult:
-    """Train and/or evaluate as ``argv`` says; ``callbacks`` are added to the Trainer's."""
+# (model_args, labels, tokenizer) -> the model to train instead of a pooled one (the sweep's vanilla baseline)
+ModelFactory = Callable[[Any, Labels, Any], Any]
+
+
+def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factory: ModelFactory | None = None) -> RunResult:
+    """Train and/or evaluate as ``argv`` says; ``callbacks`` are added to the Trainer's.
+
+    ``model_factory`` replaces the pooled model by another one, trained and evaluated the same way; such a run
+    writes no model card (the card describes a pooling).
+    """
     model_args, data_args, training_args = parse_arguments(argv)
     _set_up_logging(training_args)
     roles = _roles(training_args)
@@ -78,7 +88,11 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = ()) -> RunResult
     splits, labels = prepare_splits(data_args, roles, Labels.from_config(saved_config) if saved_config else None,
                                     cache_dir=model_args.cache_dir)
     tokenizer = load_tokenizer(model_args)
-    model = build_model(model_args, labels, saved_config, tokenizer)
+    if model_factory is not None:
+        model = model_factory(model_args, labels, tokenizer)
+    else:
+        model = build_model(model_args, labels, saved_config, tokenizer)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
     max_length = choose_max_length(data_args.max_seq_length, tokenizer, model)
     with training_args.main_process_first(desc="tokenizing"):
         for split in splits.values():
@@ -114,17 +128,18 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = ()) -> RunResult
         raise
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
-        return RunResult(output_dir=None, metrics=metrics)
+        return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
 
-    write_model_card(staging.work, staging.final, model, training_args, base_model, data_args, splits, labels,
-                     max_length, metrics, pushed=push_to_hub)
+    if isinstance(model.config, PooledConfig):
+            write_model_card(staging.work, staging.final, model, training_args, base_model, data_args, splits, labels,
+                         max_length, metrics, pushed=push_to_hub)
     write_results(staging.work, metrics, training_args)
     output_dir = staging.publish(keep_checkpoints=training_args.keep_checkpoints)
     if push_to_hub:
         push_folder(output_dir, training_args)
     examples = classify_examples(output_dir, data_args.example_texts) if data_args.example_texts else []
     print_summary(output_dir, metrics, examples)
-    return RunResult(output_dir=output_dir, metrics=metrics, examples=examples)
+    return RunResult(output_dir=output_dir, metrics=metrics, examples=examples, parameters=parameters)
 
 
 def _set_up_logging(training_args) -> None:

@@ -14,6 +14,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from .arguments import UsageError
+from .model_setup import backbone_of
 from .thresholds import DEFAULT_THRESHOLD
 
 __all__ = [
@@ -97,7 +98,8 @@ def metrics_function(config) -> Callable[[EvalPrediction], dict[str, float]]:
 
     def compute(prediction: EvalPrediction) -> dict[str, float]:
         logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
-        return compute_metrics(logits, prediction.label_ids, config.problem_type, config.decision_threshold)
+        threshold = getattr(config, "decision_threshold", None)  # a vanilla model's config may not have one
+        return compute_metrics(logits, prediction.label_ids, config.problem_type, threshold)
 
     return compute
 
@@ -108,14 +110,21 @@ def metrics_function(config) -> Callable[[EvalPrediction], dict[str, float]]:
 
 
 def head_parameters(model) -> set[int]:
-    """ids of the parameters that start from random weights: the pooler's and the classification head's."""
-    return {id(parameter) for parameter in chain(model.pooled.pooler.parameters(), model.classifier.parameters())}
+    """ids of the parameters that start from random weights: the pooler's and the classification head's.
+
+    For another model (the sweep's vanilla baseline) they are the ones named in its
+    ``newly_initialized_parameters``: those ``from_pretrained`` found no weights for.
+    """
+    if hasattr(model, "pooled"):
+        return {id(parameter) for parameter in chain(model.pooled.pooler.parameters(), model.classifier.parameters())}
+    new = set(getattr(model, "newly_initialized_parameters", ()))
+    return {id(parameter) for name, parameter in model.named_parameters() if name in new}
 
 
 def freeze_backbone(model) -> int:
     """Stop the backbone's gradients; returns the number of frozen parameters."""
     frozen = 0
-    for parameter in model.pooled.backbone.parameters():
+    for parameter in backbone_of(model).parameters():
         parameter.requires_grad_(False)
         frozen += parameter.numel()
     return frozen

@@ -1,0 +1,212 @@
+"""Which pooling for my data? Train one model per pooling on the same data, backbone, seeds and budget, plus the
+two baselines, and write a report (:mod:`pooled_models.sweep_report`).
+
+    python sweep.py configs/quickstart.yaml --poolings mean,cls,attention --seeds 0 1 2 --report_dir report
+    python sweep.py --model_name_or_path ... --train_file ... --validation_file ... --report_dir report
+
+Everything that is not a sweep option is a train.py argument and applies to every run. Each run is a train.py
+run in this process, with ``--pooling``, ``--seed`` and ``--output_dir`` set by the sweep; a run that fails is
+reported with its error and the others go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .arguments import UsageError, parse_arguments
+from .baselines import logistic_regression_baseline, vanilla_model
+from .pooling import POOLERS
+from .training import BEST_MODEL_METRIC
+
+__all__ = ["BASELINES", "RunRecord", "Sweep", "parse_sweep_arguments", "run_sweep", "main"]
+
+logger = logging.getLogger("pooled_models.sweep")
+
+BASELINES = ("vanilla", "logistic_regression")
+# train.py arguments the sweep sets itself, one value per run.
+SET_BY_THE_SWEEP = ("pooling", "seed", "output_dir")
+
+
+@dataclass
+class RunRecord:
+    """One run of the sweep: a pooling (or a baseline) with one seed."""
+
+    name: str  # the pooling, or the baseline's name
+    kind: str  # "pooling" or "baseline"
+    seed: int
+    status: str = "ok"  # "ok" or "failed"
+    error: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)  # train.py's: train_*, eval_*, test_*
+    parameters: int | None = None
+    seconds: float | None = None  # wall time of the whole run (data, training, evaluation, saving)
+
+
+@dataclass
+class Sweep:
+    """What the sweep ran and found; the report is written from this."""
+
+    problem_type: str
+    metric: str  # the main metric, e.g. "test_f1_macro"
+    greater_is_better: bool
+    names: list[str]
+    seeds: list[int]
+    train_arguments: list[str]
+    records: list[RunRecord] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sweep.py",
+        allow_abbrev=False,  # --pooling and --seed are train.py flags the sweep refuses, not short for its own
+        description="Train one model per pooling on the same data, backbone, seeds and budget, with two baselines, "
+        "and write a report (report.md, report.json, report.png). Every other argument is a train.py argument "
+        "(see train.py --help) and applies to every run.",
+    )
+    parser.add_argument("--poolings", type=_comma_list, default=None,
+                        help=f"comma-separated poolings to compare (default: all registered: {', '.join(POOLERS)})")
+    parser.add_argument("--baselines", type=_comma_list, default=list(BASELINES),
+                        help=f"comma-separated baselines to add, or 'none' (default: {','.join(BASELINES)})")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42], help="one run per pooling and seed (default: 42)")
+    parser.add_argument("--report_dir", type=Path, required=True, help="where the report and the runs go")
+    parser.add_argument("--keep_models", action="store_true",
+                        help="keep every run's trained model under report_dir/runs (default: only their results)")
+    return parser
+
+
+def parse_sweep_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The sweep's own options, and the train.py arguments every run gets (config file first, if any)."""
+    options, train_arguments = _parser().parse_known_args(list(argv))
+    registered = list(POOLERS)
+    options.poolings = options.poolings or registered
+    unknown = [name for name in options.poolings if name not in registered]
+    if unknown:
+        raise UsageError(f"Unknown pooling(s) {', '.join(unknown)}. Valid choices: {', '.join(registered)}.")
+    options.baselines = [] if options.baselines == ["none"] else options.baselines
+    unknown = [name for name in options.baselines if name not in BASELINES]
+    if unknown:
+        raise UsageError(f"Unknown baseline(s) {', '.join(unknown)}. Valid choices: {', '.join(BASELINES)}, or none.")
+    set_here = [arg for arg in train_arguments if arg.lstrip("-").split("=")[0] in SET_BY_THE_SWEEP]
+    if set_here:
+        raise UsageError(f"{', '.join(set_here)}: the sweep sets the pooling, seed and output folder of each run; "
+                         "use --poolings, --seeds and --report_dir.")
+    if len(set(options.seeds)) != len(options.seeds):
+        raise UsageError(f"--seeds has repeats: {options.seeds}.")
+    return options, train_arguments
+
+
+def _run_arguments(train_arguments: list[str], pooling: str | None, seed: int, output_dir: Path) -> list[str]:
+    # Flags after a config file override it, so the sweep's own come last. Every run trains; the sweep compares
+    # runs on validation (and test, when there is one), and keeps no checkpoints.
+    arguments = [*train_arguments, "--seed", str(seed), "--output_dir", str(output_dir), "--overwrite_output_dir",
+                 "--do_train", "--save_strategy", "no", "--report_to", "none"]
+    return arguments + (["--pooling", pooling] if pooling else [])
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, SystemExit):  # argparse prints its message to stderr and exits
+        return f"train.py rejected the arguments (exit status {error.code}; its message is in the log above)"
+    message = " ".join(str(error).split())
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def run_one(name: str, kind: str, seed: int, train_arguments: list[str], runs_dir: Path, keep_model: bool) -> RunRecord:
+    """One run; any error is caught and recorded, so the sweep goes on."""
+    from .run import run
+
+    record = RunRecord(name=name, kind=kind, seed=seed)
+    output_dir = runs_dir / f"{name}-seed{seed}"
+    pooling = name if kind == "pooling" else None
+    arguments = _run_arguments(train_arguments, pooling, seed, output_dir)
+    start = time.perf_counter()
+    try:
+        if name == "logistic_regression":
+            metrics = logistic_regression_baseline(arguments)
+            record.parameters = metrics.pop("parameters")
+        else:
+            result = run(arguments, model_factory=vanilla_model if name == "vanilla" else None)
+            metrics, record.parameters = result.metrics, result.parameters
+        record.metrics = {key: value for key, value in metrics.items() if _is_number_or_list(value)}
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # noqa: BLE001 - a failed run is a result of the sweep, not its end
+        record.status, record.error = "failed", _describe(error)
+        logger.debug("%s seed %d failed:\n%s", name, seed, traceback.format_exc())
+    record.seconds = time.perf_counter() - start
+    if not keep_model:
+        shutil.rmtree(output_dir, ignore_errors=True)
+    shutil.rmtree(output_dir.with_name(output_dir.name + ".incomplete"), ignore_errors=True)
+    return record
+
+
+def _is_number_or_list(value: Any) -> bool:
+    return isinstance(value, (int, float, list)) and not isinstance(value, bool)
+
+
+def _check_data(train_arguments: list[str], options: argparse.Namespace) -> tuple[str, str]:
+    """Check the data once, before any run, and return the problem type and the metric the sweep ranks by:
+    train.py's best-model metric, on the test split when it is labelled, else on validation."""
+    from .data import prepare_splits
+
+    model_args, data_args, training_args = parse_arguments(
+        _run_arguments(train_arguments, None, options.seeds[0], options.report_dir / "runs" / "check"))
+    if not training_args.do_eval:
+        raise UsageError("The sweep compares runs on validation data: set do_eval (and a validation split).")
+    roles = ["train", "validation"] + (["test"] if training_args.do_predict else [])
+    splits, labels = prepare_splits(data_args, roles, cache_dir=model_args.cache_dir)
+    split = "test" if "test" in splits and splits["test"].labelled else "eval"
+    return labels.problem_type, f"{split}_{BEST_MODEL_METRIC[labels.problem_type][0]}"
+
+
+def run_sweep(options: argparse.Namespace, train_arguments: list[str]) -> Sweep:
+    problem_type, metric = _check_data(train_arguments, options)
+    runs_dir = options.report_dir / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    plan = [(name, "pooling") for name in options.poolings] + [(name, "baseline") for name in options.baselines]
+    sweep = Sweep(problem_type=problem_type, metric=metric, greater_is_better=BEST_MODEL_METRIC[problem_type][1],
+                  names=[name for name, _ in plan], seeds=list(options.seeds), train_arguments=list(train_arguments))
+    total = len(plan) * len(options.seeds)
+    for index, ((name, kind), seed) in enumerate(((entry, seed) for seed in options.seeds for entry in plan), 1):
+        print(f"[sweep {index}/{total}] {kind} {name}, seed {seed} ...", flush=True)
+        record = run_one(name, kind, seed, train_arguments, runs_dir, options.keep_models)
+        sweep.records.append(record)
+        value = record.metrics.get(metric)
+        if record.status == "failed":
+            outcome = f"FAILED: {record.error}"
+        else:
+            outcome = f"{metric} {value:.4f}" if isinstance(value, float) else f"no {metric}"
+        print(f"[sweep {index}/{total}] {kind} {name}, seed {seed}: {outcome} ({record.seconds:.0f} s)", flush=True)
+    if not any(runs_dir.iterdir()):
+        runs_dir.rmdir()
+    return sweep
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .sweep_report import write_report
+
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    try:
+        options, train_arguments = parse_sweep_arguments(sys.argv[1:] if argv is None else argv)
+        sweep = run_sweep(options, train_arguments)
+    except UsageError as error:
+        print(f"sweep.py: error: {error}", file=sys.stderr)
+        return 2
+    paths = write_report(sweep, options.report_dir)
+    print(paths["markdown"].read_text())
+    print("Report: " + ", ".join(str(path) for path in paths.values()))
+    return 0 if any(record.status == "ok" for record in sweep.records) else 1

@@ -442,6 +442,12 @@ def test_per_label_thresholds_pos_weight_auto_and_the_loss_reach_config_and_card
     assert evaluation.metrics["eval_f1_macro"] == pytest.approx(result.metrics["eval_f1_macro"], abs=1e-6)
     card = (evaluation.output_dir / "README.md").read_text()
     assert "one per label (in the table below), kept from the model this run started from." in card
+    # Or tunes them again, without training: here one threshold for every label.
+    retuned = run(["--model_name_or_path", str(folder), "--validation_file", str(tmp_path / "validation.jsonl"),
+                   "--do_eval", "--output_dir", str(tmp_path / "retuned"), "--disable_tqdm", "true",
+                   "--tune_thresholds", "global"])
+    threshold = json.loads((retuned.output_dir / "config.json").read_text())["decision_threshold"]
+    assert threshold == pytest.approx(tune_thresholds(scores, targets, per_label=False, average="micro"), abs=1e-4)
 
 
 @pytest.mark.parametrize(

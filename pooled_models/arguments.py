@@ -28,6 +28,7 @@ from transformers import HfArgumentParser, PreTrainedConfig, TrainingArguments
 from .configuration_pooled import PooledConfig
 from .losses import PROBLEM_TYPES
 from .pooling import POOLERS
+from .thresholds import AVERAGES
 
 __all__ = [
     "UsageError",
@@ -39,6 +40,8 @@ __all__ = [
     "pooled_config_fields",
     "model_argument_fields",
     "pooled_config_kwargs",
+    "parse_pos_weight",
+    "THRESHOLD_TUNING",
     "read_config_file",
     "parse_arguments",
 ]
@@ -50,6 +53,17 @@ REFUSED_KEYS = ("trust_remote_code", "auto_map", "custom_pipelines")
 
 # Where train.py's default differs from PooledConfig's (see the README's "Defaults" section for the measurements).
 CLI_MODEL_DEFAULTS: dict[str, Any] = {}
+
+# Settings train.py can also compute from the training split, when given as "auto"; the flag takes text (the word, or
+# the numbers), which parse_pos_weight turns into the config's value. name -> what the help adds.
+FROM_TRAINING_DATA = "auto"
+DATA_DERIVED_SETTINGS = {
+    "pos_weight": "train.py: 'auto' computes it from the training split's labels (negatives / positives per label); "
+    "or give one number per label (--pos_weight 1 4.5 2, or a JSON list).",
+}
+
+# --tune_thresholds: how train.py chooses the multi-label decision threshold(s) on the validation split.
+THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
 
 # train.py's optimisation defaults where they differ from TrainingArguments' (README, "Defaults").
 HEAD_LEARNING_RATE = 1e-3
@@ -138,6 +152,9 @@ def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, 
         annotation = _argument_type(types[config_field.name])
         default = CLI_MODEL_DEFAULTS.get(config_field.name, _config_default(config_field))
         metadata = {"help": helps.get(config_field.name, "A PooledConfig setting.")}
+        if config_field.name in DATA_DERIVED_SETTINGS:
+            annotation = list[str] | None
+            metadata["help"] += " " + DATA_DERIVED_SETTINGS[config_field.name]
         if config_field.name == "pooling":
             metadata["choices"] = POOLERS.keys()  # a live view: poolers registered after this import count too
         if isinstance(default, (list, dict)):
@@ -164,6 +181,40 @@ class BackboneArguments:
     cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded backbones and datasets are cached."})
 
 
+def parse_pos_weight(value: Any) -> str | list[float] | None:
+    """``pos_weight`` as a flag or a config file gives it: None, ``"auto"`` or one number per label.
+
+    Accepted: ``--pos_weight auto``, ``--pos_weight 1 4.5 2``, ``--pos_weight '[1, 4.5, 2]'``, and in a config file
+    ``pos_weight: auto`` or ``pos_weight: [1, 4.5, 2]``.
+    """
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else list(value)
+    if len(items) == 1 and isinstance(items[0], str):
+        text = items[0].strip()
+        if text == FROM_TRAINING_DATA:
+            return FROM_TRAINING_DATA
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except json.JSONDecodeError:
+                items = None
+    try:
+        numbers = [float(item) for item in items if not isinstance(item, bool)]
+    except (TypeError, ValueError):
+        numbers = []
+    if not numbers or len(numbers) != len(items):
+        raise UsageError(
+            f"pos_weight must be '{FROM_TRAINING_DATA}' (negatives / positives per label in the training split) or "
+            f"one number per label, got {value!r}."
+        )
+    return numbers
+
+
+def _check_model_arguments(self) -> None:
+    self.pos_weight = parse_pos_weight(self.pos_weight)
+
+
 ModelArguments = dataclasses.make_dataclass(
     "ModelArguments",
     model_argument_fields(),
@@ -172,6 +223,7 @@ ModelArguments = dataclasses.make_dataclass(
         "__doc__": "The backbone, and every PooledConfig setting (pooling, head...) as its own argument.",
         "__module__": __name__,
         "_argument_group_name": "model: the backbone, and every PooledConfig setting (pooling, head)",
+        "__post_init__": _check_model_arguments,
     },
 )
 
@@ -303,10 +355,26 @@ class PooledTrainingArguments(TrainingArguments):
         default=2, metadata={"help": "Keep at most this many checkpoints (the best one is always kept)."}
     )
     logging_steps: float = field(default=50, metadata={"help": "Log the training loss every N steps."})
+    tune_thresholds: Literal["auto", "global", "per_label", "none"] = field(
+        default="auto",
+        metadata={
+            "help": "Multi-label: after training, choose the decision threshold that maximises F1 on the validation "
+            "split and save it in config.json. 'global': one for every label; 'per_label': one per label; 'none': "
+            "keep decision_threshold (0.5 unless set); 'auto': global when a multi-label run trains with validation "
+            "data and decision_threshold is not set, else none."
+        },
+    )
+    threshold_average: Literal["micro", "macro"] = field(
+        default="micro", metadata={"help": "The F1 that tune_thresholds maximises: micro- or macro-averaged."}
+    )
 
     def __post_init__(self):
         if self.output_dir is None:
             raise UsageError("output_dir is required: the folder the trained model is saved in.")
+        # A config file's values bypass argparse's choices.
+        for name, valid in (("tune_thresholds", THRESHOLD_TUNING), ("threshold_average", AVERAGES)):
+            if getattr(self, name) not in valid:
+                raise UsageError(f"Unknown {name} {getattr(self, name)!r}. Valid choices: {', '.join(valid)}.")
         if self.head_learning_rate is not None and self.head_learning_rate < 0:
             raise UsageError(f"head_learning_rate must be >= 0, got {self.head_learning_rate}.")
         if self.early_stopping_patience is not None:

@@ -112,7 +112,7 @@ def logistic_regression_baseline(argv: list[str], tune: str = "global", average:
     encoder = SentenceTransformer(backbone, device="cpu", revision=model_args.model_revision,
                                   cache_folder=model_args.cache_dir, trust_remote_code=False)
     features = {name: _embed(encoder, split, data_args) for name, split in splits.items() if split.labelled}
-    targets = {name: np.asarray(split.dataset["labels"]) for name, split in splits.items() if split.labelled}
+    targets = {name: np.asarray(split.targets) for name, split in splits.items() if split.labelled}
 
     metric, greater_is_better = BEST_MODEL_METRIC[problem_type]
     candidates = {}

@@ -35,8 +35,10 @@ class Split:
 
     name: str  # train / validation / test
     source: str  # e.g. "train file data/train.csv" or "dataset 'imdb', split 'test'"
-    dataset: Dataset  # the rows as read; attach_labels adds the targets as a "labels" column
-    encoded: Dataset | None = None  # the model's inputs (and labels), set by tokenize
+    dataset: Dataset  # the rows as read (attach_labels may leave some out); the label column keeps its values
+    encoded: Dataset | None = None  # the model's inputs and its "labels" (the targets), set by tokenize
+    targets: list[Any] | None = None  # the model's target of every row, set by attach_labels
+    target_feature: Any = None
     labelled: bool = True
     truncated: int = 0
 
@@ -134,7 +136,10 @@ def _describe(feature) -> str:
 
 
 def attach_labels(split: Split, labels: Labels, column: str, skip_unseen: bool) -> None:
-    """Replace the label column by the model's targets (``labels``), leaving out rows with unseen labels if asked."""
+    """Set the model's targets of the split, leaving out rows with unseen labels if asked.
+
+    The targets are kept beside the rows rather than in them, so a label column that is itself called ``labels``
+    (GoEmotions') neither collides with the targets nor loses the names that predictions.jsonl reports."""
     dataset = split.dataset
     values = list(dataset[column])
     feature = dataset.features[column]
@@ -147,12 +152,13 @@ def attach_labels(split: Split, labels: Labels, column: str, skip_unseen: bool) 
         if not kept:
             raise DataError(f"{where(split.source, column)}: no row is left once the labels unseen in training are skipped.")
         dataset = dataset.select(kept)
-    target_feature = {
+    split.dataset = dataset
+    split.targets = targets
+    split.target_feature = {
         "single_label_classification": Value("int64"),
         "multi_label_classification": List(Value("float32")),
         "regression": Value("float32"),
     }[labels.problem_type]
-    split.dataset = dataset.add_column("labels", targets, feature=target_feature)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -247,11 +253,13 @@ def tokenize(split: Split, tokenizer, text_column: str, pair_column: str | None,
         full["truncated"] = [row in long_set for row in range(len(texts))]
         return full
 
-    keep = ["labels"] if "labels" in split.dataset.column_names else []
-    removed = [column for column in split.dataset.column_names if column not in keep]
-    encoded = split.dataset.map(encode, batched=True, remove_columns=removed, desc=f"Tokenizing {split.name}")
+    encoded = split.dataset.map(encode, batched=True, remove_columns=split.dataset.column_names,
+                                desc=f"Tokenizing {split.name}")
     split.truncated = sum(encoded["truncated"])
-    split.encoded = encoded.remove_columns("truncated")
+    encoded = encoded.remove_columns("truncated")
+    if split.targets is not None:  # "labels" is the column Trainer hands to the model's loss
+        encoded = encoded.add_column("labels", split.targets, feature=split.target_feature)
+    split.encoded = encoded
     if split.truncated:
         logger.warning(
             "%s: %d of %d rows are longer than %d tokens and were truncated.",

@@ -12,7 +12,9 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .losses import MULTI_LABEL_LOSSES
 from .pooling import get_pooler_class
+from .thresholds import DEFAULT_THRESHOLD
 
 __all__ = ["TEMPLATES_DIR", "DEFAULT_TEMPLATE", "METRIC_IDS", "CardFacts", "render_model_card"]
 
@@ -56,6 +58,11 @@ class CardFacts:
     training_settings: dict[str, Any]
     evaluation: dict[str, dict[str, float]] = field(default_factory=dict)  # split -> metric -> value
     example_text: str = "An example sentence to classify."
+    # Multi-label only: how the decision threshold and the positive weights were chosen (phrases the card completes),
+    # and validation metrics before and after tuning: metric -> (at 0.5, at the tuned threshold).
+    threshold_origin: str | None = None
+    pos_weight_origin: str | None = None
+    threshold_comparison: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def _summary(cls: type) -> str:
@@ -77,6 +84,41 @@ def _head_description(facts: CardFacts) -> str:
     if config.classifier_head == "dense":
         details += [f"width {config.classifier_hidden_size}", f"activation `{config.classifier_activation}`"]
     return f"{_summary(facts.head_class).rstrip('.')} ({', '.join(details)})"
+
+
+def _loss_description(config) -> str:
+    settings = [f"`{name}` {getattr(config, name)}" for name in MULTI_LABEL_LOSSES[config.multi_label_loss]]
+    return f"`{config.multi_label_loss}`" + (f" ({', '.join(settings)})" if settings else "")
+
+
+def _comparison(facts: CardFacts) -> list[tuple[str, float | str, float | str]]:
+    """``(metric, at 0.5, tuned)`` rows of the validation metrics a tuned run reports both ways."""
+    return [(metric, _rounded(before), _rounded(after)) for metric, (before, after) in facts.threshold_comparison.items()]
+
+
+def _decisions(facts: CardFacts) -> dict[str, Any] | None:
+    """The card's multi-label section: loss, positive weights, decision threshold(s) and how they were chosen."""
+    config = facts.config
+    if config.problem_type != "multi_label_classification":
+        return None
+    names = [config.id2label[index] for index in range(config.num_labels)]
+    threshold = DEFAULT_THRESHOLD if config.decision_threshold is None else config.decision_threshold
+    per_label = isinstance(threshold, list)
+    columns = {}
+    if per_label:
+        columns["Threshold"] = threshold
+    if config.pos_weight is not None:
+        columns["Positive weight"] = config.pos_weight
+    return {
+        "loss": _loss_description(config),
+        "pos_weight": facts.pos_weight_origin if config.pos_weight is not None else None,
+        "threshold": "one per label (in the table below)" if per_label else f"**{_rounded(threshold)}** for every label",
+        "origin": facts.threshold_origin or "",
+        "comparison": _comparison(facts),
+        "default_threshold": DEFAULT_THRESHOLD,
+        "columns": list(columns),
+        "rows": [[name, *(_rounded(values[index]) for values in columns.values())] for index, name in enumerate(names)],
+    }
 
 
 def _rounded(value: float) -> float | str:
@@ -141,4 +183,5 @@ def render_model_card(facts: CardFacts, template_path: str | Path = DEFAULT_TEMP
         evaluation_metrics=metrics,
         repo_id=facts.repo_id,
         example_text_literal=repr(facts.example_text),
+        decisions=_decisions(facts),
     )

@@ -7,14 +7,22 @@ import logging
 
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from .arguments import UsageError, pooled_config_kwargs
+from .arguments import FROM_TRAINING_DATA, UsageError, pooled_config_kwargs
 from .backbone import position_offset
 from .configuration_pooled import PooledConfig
+from .data import Split
 from .labels import Labels
 from .modeling_pooled import PooledForSequenceClassification
+from .thresholds import positive_weights
 
 __all__ = [
-    "saved_pooled_config", "build_model", "load_tokenizer", "backbone_of", "backbone_max_length", "choose_max_length"
+    "saved_pooled_config",
+    "resolve_pos_weight",
+    "build_model",
+    "load_tokenizer",
+    "backbone_of",
+    "backbone_max_length",
+    "choose_max_length",
 ]
 
 logger = logging.getLogger(__name__)
@@ -30,6 +38,24 @@ def saved_pooled_config(model_args) -> PooledConfig | None:
     except (OSError, ValueError) as error:
         raise UsageError(f"Cannot load the model {model_args.model_name_or_path!r}: {error}") from error
     return config if isinstance(config, PooledConfig) else None
+
+
+def resolve_pos_weight(model_args, labels: Labels, splits: dict[str, Split]) -> None:
+    """Turn ``--pos_weight auto`` into negatives / positives per label, counted on the training split's targets."""
+    if model_args.pos_weight is None:
+        return
+    if labels.problem_type != "multi_label_classification":
+        raise UsageError(
+            f"pos_weight weights the positive labels of a multi-label loss; this run's labels are "
+            f"{labels.problem_type}. Leave pos_weight out."
+        )
+    if model_args.pos_weight != FROM_TRAINING_DATA:
+        return
+    if "train" not in splits:
+        raise UsageError(f"pos_weight={FROM_TRAINING_DATA} is computed from the training split: it needs --do_train.")
+    model_args.pos_weight = positive_weights(splits["train"].targets)
+    logger.info("pos_weight from the training split (negatives / positives): %s",
+                ", ".join(f"{name} {weight:.3g}" for name, weight in zip(labels.names, model_args.pos_weight, strict=True)))
 
 
 def build_model(

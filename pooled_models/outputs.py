@@ -12,6 +12,7 @@ from typing import Any
 from .data import Split, text_columns
 from .labels import Labels
 from .model_card import METRIC_IDS, CardFacts, render_model_card
+from .threshold_tuning import ThresholdPlan, at_default_name
 from .thresholds import predict_label_sets
 from .training import probabilities
 
@@ -30,6 +31,13 @@ logger = logging.getLogger(__name__)
 
 PREDICTIONS_FILE = "predictions.jsonl"
 RESULTS_FILE = "all_results.json"
+
+# Where a multi-label model's pos_weight came from (run._pos_weight_source), as the model card says it.
+POS_WEIGHT_ORIGINS = {
+    "computed": "negatives / positives per label, counted in the training split",
+    "given": "set with `--pos_weight`",
+    "saved": "kept from the model this run started from",
+}
 
 
 def write_predictions(path: Path, split: Split, logits, labels: Labels, data_args, config) -> None:
@@ -76,8 +84,10 @@ def write_results(folder: Path, metrics: dict[str, float], training_args) -> Non
 def write_model_card(
     folder: Path, final_dir: Path, model, training_args, base_model: str, data_args, splits: dict[str, Split],
     labels: Labels, max_length: int, metrics: dict[str, float], pushed: bool,
+    threshold_plan: ThresholdPlan | None = None, pos_weight_source: str | None = None,
 ) -> None:
     name = training_args.hub_model_id or final_dir.name
+    validation = splits.get("validation")
     facts = CardFacts(
         model_name=name.split("/")[-1],
         repo_id=name if pushed else str(final_dir),
@@ -95,6 +105,9 @@ def write_model_card(
         training_settings=_training_settings(training_args, labels),
         evaluation=_evaluation_by_split(metrics),
         example_text=(data_args.example_texts or [next(iter(splits.values())).dataset[0][data_args.text_column]])[0],
+        threshold_origin=threshold_plan.describe(len(validation.encoded) if validation else None) if threshold_plan else None,
+        pos_weight_origin=POS_WEIGHT_ORIGINS.get(pos_weight_source),
+        threshold_comparison=_threshold_comparison(metrics) if threshold_plan and threshold_plan.tunes else {},
     )
     render_model_card(facts).save(folder / "README.md")
 
@@ -156,6 +169,13 @@ def _training_settings(args, labels: Labels) -> dict[str, Any]:
         if args.early_stopping_patience:
             settings["early stopping patience"] = args.early_stopping_patience
     return settings
+
+
+def _threshold_comparison(metrics: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Validation metric -> (at 0.5, at the tuned threshold), for the metrics a tuned run reports both ways."""
+    return {metric: (metrics[at_default_name(metric)], metrics[f"eval_{metric}"])
+            for metric in ("f1_micro", "f1_macro", "exact_match")
+            if at_default_name(metric) in metrics and f"eval_{metric}" in metrics}
 
 
 def _evaluation_by_split(metrics: dict[str, float]) -> dict[str, dict[str, float]]:

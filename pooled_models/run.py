@@ -16,11 +16,17 @@ from typing import Any
 import transformers
 from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
-from .arguments import UsageError, parse_arguments
+from .arguments import FROM_TRAINING_DATA, UsageError, parse_arguments
 from .configuration_pooled import PooledConfig
 from .data import Split, prepare_splits, tokenize
 from .labels import Labels
-from .model_setup import build_model, choose_max_length, load_tokenizer, saved_pooled_config
+from .model_setup import (
+    build_model,
+    choose_max_length,
+    load_tokenizer,
+    resolve_pos_weight,
+    saved_pooled_config,
+)
 from .outputs import (
     PREDICTIONS_FILE,
     classify_examples,
@@ -32,6 +38,7 @@ from .outputs import (
 )
 from .packaged import resolve_backbone
 from .staging import StagedOutputDir
+from .threshold_tuning import ThresholdPlan, plan_thresholds, tune_on_validation
 from .training import (
     BEST_MODEL_METRIC,
     PooledTrainer,
@@ -87,6 +94,10 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factor
     saved_config = saved_pooled_config(model_args)
     splits, labels = prepare_splits(data_args, roles, Labels.from_config(saved_config) if saved_config else None,
                                     cache_dir=model_args.cache_dir)
+    pos_weight_source = _pos_weight_source(model_args, saved_config)
+    resolve_pos_weight(model_args, labels, splits)
+    threshold_plan = plan_thresholds(training_args, labels, splits, given=model_args.decision_threshold is not None,
+                                     saved=saved_config is not None and saved_config.decision_threshold is not None)
     tokenizer = load_tokenizer(model_args)
     if model_factory is not None:
         model = model_factory(model_args, labels, tokenizer)
@@ -118,7 +129,7 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factor
         callbacks=callbacks_for(training_args) + list(callbacks),
     )
     try:
-        metrics = _train_and_evaluate(trainer, splits, checkpoint, labels, data_args)
+        metrics = _train_and_evaluate(trainer, splits, checkpoint, labels, data_args, threshold_plan)
     except BaseException:
         if trainer.is_world_process_zero():
             if staging.abandon():
@@ -130,9 +141,10 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factor
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
 
-    if isinstance(model.config, PooledConfig):
-            write_model_card(staging.work, staging.final, model, training_args, base_model, data_args, splits, labels,
-                         max_length, metrics, pushed=push_to_hub)
+    if isinstance(model.config, PooledConfig):  # the card describes a pooling; the sweep's vanilla model has none
+        write_model_card(staging.work, staging.final, model, training_args, base_model, data_args, splits, labels,
+                         max_length, metrics, pushed=push_to_hub, threshold_plan=threshold_plan,
+                         pos_weight_source=pos_weight_source)
     write_results(staging.work, metrics, training_args)
     output_dir = staging.publish(keep_checkpoints=training_args.keep_checkpoints)
     if push_to_hub:
@@ -168,7 +180,16 @@ def _resolve_backbone(model_args) -> str:
     return hub_id or model_args.model_name_or_path
 
 
-def _train_and_evaluate(trainer, splits: dict[str, Split], checkpoint, labels: Labels, data_args) -> dict[str, float]:
+def _pos_weight_source(model_args, saved_config) -> str | None:
+    """Where the model's pos_weight comes from, for the model card: computed, given, saved, or None (no pos_weight)."""
+    if model_args.pos_weight is not None:
+        return "computed" if model_args.pos_weight == FROM_TRAINING_DATA else "given"
+    return "saved" if saved_config is not None and saved_config.pos_weight is not None else None
+
+
+def _train_and_evaluate(
+    trainer, splits: dict[str, Split], checkpoint, labels: Labels, data_args, threshold_plan: ThresholdPlan | None
+) -> dict[str, float]:
     metrics: dict[str, float] = {}
     args = trainer.args
     if args.do_train:
@@ -176,6 +197,13 @@ def _train_and_evaluate(trainer, splits: dict[str, Split], checkpoint, labels: L
         metrics.update(result.metrics, train_rows=len(splits["train"].encoded))
         trainer.log_metrics("train", result.metrics)
         trainer.save_state()
+    if threshold_plan is not None and threshold_plan.tunes:
+        # Tuned on the final (or best) model, and set before it is saved, so config.json carries the threshold(s). The
+        # metrics function reads the config when it runs: the evaluations below are at the tuned threshold(s).
+        tuned, at_default = tune_on_validation(trainer, splits["validation"], threshold_plan)
+        trainer.model.config.decision_threshold = tuned
+        trainer.log_metrics("eval", at_default)
+        metrics.update(at_default)
     # The final (or best) model and the tokenizer; an evaluation-only run publishes the model it evaluated.
     trainer.save_model()
     if args.do_eval:

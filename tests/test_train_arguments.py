@@ -162,3 +162,31 @@ def test_inconsistent_training_settings_are_usage_errors():
     with pytest.raises(UsageError, match="save and eval strategy to match"):
         parse_arguments(["--output_dir", "o", "--do_train", "--do_eval", "--early_stopping_patience", "2",
                          "--save_strategy", "steps"])
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [([], None), (["--pos_weight", "auto"], "auto"), (["--pos_weight", "1", "4.5"], [1.0, 4.5]),
+     (["--pos_weight", "[1, 4.5]"], [1.0, 4.5])],
+)
+def test_pos_weight_is_auto_or_one_number_per_label(flags, expected):
+    model_args, _, _ = parse_arguments(["--output_dir", "o", *flags])
+    assert model_args.pos_weight == expected
+
+
+def test_pos_weight_from_a_config_file_and_its_errors(tmp_path):
+    for value, expected in (("auto", "auto"), ([1, 2], [1.0, 2.0])):
+        model_args, _, _ = parse_arguments([str(write_config(tmp_path, ".yaml", {"output_dir": "o", "pos_weight": value}))])
+        assert model_args.pos_weight == expected
+    for flags in (["--pos_weight", "often"], ["--pos_weight", "1", "auto"], ["--pos_weight", '[1, "a"]']):
+        with pytest.raises(UsageError, match="pos_weight must be 'auto' .* or one number per label"):
+            parse_arguments(["--output_dir", "o", *flags])
+
+
+def test_threshold_tuning_settings_default_and_are_checked_in_config_files(tmp_path):
+    _, _, training_args = parse_arguments(["--output_dir", "o"])
+    assert (training_args.tune_thresholds, training_args.threshold_average) == ("auto", "micro")
+    for key, value in (("tune_thresholds", "both"), ("threshold_average", "weighted")):
+        config = write_config(tmp_path, ".yaml", {"output_dir": "o", key: value})
+        with pytest.raises(UsageError, match=f"Unknown {key} '{value}'. Valid choices"):
+            parse_arguments([str(config)])

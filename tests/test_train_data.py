@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 import pytest
-from cli_helpers import leftovers, pair_regression_rows, topic_rows, train, write_rows
+from cli_helpers import leftovers, multi_label_rows, pair_regression_rows, topic_rows, train, write_rows
 from datasets import ClassLabel, Features, List, Value
 
 from pooled_models.labels import DataError, Labels, detect_problem_type
@@ -233,3 +233,15 @@ def test_a_dataset_by_name_with_class_labels_and_withheld_test_labels(tiny_backb
     card = (result.output_dir / "README.md").read_text()
     assert "datasets:" not in card  # a local folder is not a Hub dataset id
     assert f"From the dataset `{folder}`" in card
+
+
+def test_a_label_column_called_labels_keeps_its_names(tiny_backbone_path, tmp_path):
+    # "labels" is also the column of targets Trainer hands to the model (GoEmotions names its label column so).
+    rows = [{"text": row["text"], "labels": row["label"]} for row in multi_label_rows(24)]
+    data = write_rows(tmp_path / "multi.jsonl", rows)
+    result = train(tiny_backbone_path, tmp_path / "out", "--train_file", str(data), "--test_file", str(data),
+                   "--label_column", "labels", "--do_train", "--do_predict", "--num_train_epochs", "1")
+    assert json.loads((result.output_dir / "config.json").read_text())["problem_type"] == "multi_label_classification"
+    predictions = [json.loads(line) for line in (result.output_dir / "predictions.jsonl").read_text().splitlines()]
+    assert [prediction["label"] for prediction in predictions] == [row["labels"] for row in rows]
+    assert "test_f1_micro" in result.metrics

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import FAST, leftovers, topic_rows, train, write_rows
+from cli_helpers import FAST, leftovers, multi_label_rows, topic_rows, train, write_rows
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification
 
@@ -99,18 +99,22 @@ LAUNCHES = {
 }
 
 
+def accelerate_command(launch: str, script: Path, *flags: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "accelerate"), "launch", *LAUNCHES[launch], "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+            str(script), *flags]
+
+
 @pytest.mark.parametrize("launch", sorted(LAUNCHES))
 def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path, launch):
     train_file = write_rows(tmp_path / "train.csv", topic_rows(64))
     validation_file = write_rows(tmp_path / "validation.csv", topic_rows(20, seed=3))
     output_dir = tmp_path / "out"
-    command = [
-        str(Path(sys.executable).parent / "accelerate"), "launch", *LAUNCHES[launch], "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
-        str(REPO / "train.py"), "--model_name_or_path", tiny_backbone_path, "--train_file", str(train_file),
+    command = accelerate_command(
+        launch, REPO / "train.py", "--model_name_or_path", tiny_backbone_path, "--train_file", str(train_file),
         "--validation_file", str(validation_file), "--do_train", "--do_eval", "--output_dir", str(output_dir),
         *FAST, "--num_train_epochs", "2", "--per_device_train_batch_size", "8", "--head_learning_rate", "3e-3",
-    ]
+    )
     # One thread per process: the two processes then share two cores without waiting on each other.
     result = subprocess.run(command, env={**environment(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                             timeout=600, cwd=tmp_path)
@@ -135,3 +139,58 @@ def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path,
     labels = [model.config.label2id[row["label"]] for row in rows]
     accuracy = compute_metrics(logits.numpy(), labels, "single_label_classification")["accuracy"]
     assert accuracy == pytest.approx(metrics["eval_accuracy"])
+
+
+# train.py's run with a callback that prints every process's decision thresholds after each evaluation.
+THRESHOLD_REPORTING_RUN = textwrap.dedent(
+    """
+    import json, sys
+    from transformers import TrainerCallback
+    from pooled_models.run import run
+
+    class ReportThresholds(TrainerCallback):
+        def on_evaluate(self, args, state, control, model=None, **kwargs):
+            print("THRESHOLDS", args.process_index, json.dumps(model.config.decision_threshold), flush=True)
+
+    run(sys.argv[1:], callbacks=[ReportThresholds()])
+    """
+)
+
+
+def test_thresholds_tuned_on_two_processes_are_the_same_everywhere_and_fit_all_validation_rows(tiny_backbone_path,
+                                                                                              tmp_path):
+    from pooled_models.thresholds import tune_thresholds
+
+    train_file = write_rows(tmp_path / "train.jsonl", multi_label_rows(64))
+    validation_rows = multi_label_rows(21, seed=3)  # odd: the processes' shares are padded, and gathering drops that
+    validation_file = write_rows(tmp_path / "validation.jsonl", validation_rows)
+    script = tmp_path / "run_reporting_thresholds.py"
+    script.write_text(THRESHOLD_REPORTING_RUN)
+    output_dir = tmp_path / "out"
+    command = accelerate_command(
+        "ddp", script, "--model_name_or_path", tiny_backbone_path, "--train_file", str(train_file), "--validation_file",
+        str(validation_file), "--do_train", "--do_eval", "--output_dir", str(output_dir), *FAST, "--num_train_epochs",
+        "1", "--per_device_train_batch_size", "8", "--tune_thresholds", "per_label",
+    )
+    result = subprocess.run(command, env={**environment(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                            timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert json.loads((output_dir / "all_results.json").read_text())["world_size"] == 2
+    saved = json.loads((output_dir / "config.json").read_text())["decision_threshold"]
+    assert isinstance(saved, list) and len(saved) == 3
+    last_seen = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("THRESHOLDS "):
+            _, process, thresholds = line.split(" ", 2)
+            last_seen[process] = json.loads(thresholds)
+    assert last_seen == {"0": saved, "1": saved}  # the final evaluation, on each process, at the saved thresholds
+
+    model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    with torch.no_grad():
+        logits = model(**tokenizer([row["text"] for row in validation_rows], padding=True, return_tensors="pt")).logits
+    names = [model.config.id2label[index] for index in range(3)]
+    targets = [[float(name in row["label"]) for name in names] for row in validation_rows]
+    assert saved == pytest.approx(tune_thresholds(torch.sigmoid(logits).numpy(), targets, per_label=True), abs=1e-4)

@@ -24,6 +24,7 @@ from pooled_models import PooledForSequenceClassification
 from pooled_models.arguments import UsageError
 from pooled_models.demo_data import TEAMS
 from pooled_models.run import run
+from pooled_models.thresholds import tune_thresholds
 from pooled_models.training import compute_metrics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -342,3 +343,144 @@ def test_checkpoints_are_kept_only_when_asked(tiny_backbone_path, tmp_path):
     assert sorted(path.name for path in kept.output_dir.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6"]
     assert (kept.output_dir / "checkpoint-6" / "model.safetensors").is_file()
     assert not list(kept.output_dir.glob("checkpoint-*/pytorch_model.bin"))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Multi-label decisions: thresholds tuned on validation, pos_weight from the training labels
+# ----------------------------------------------------------------------------------------------------
+
+MULTI_LABEL_NAMES = ["food", "music", "sport"]  # sorted, so in id order
+
+
+def multi_label_files(folder: Path) -> dict[str, Path]:
+    return {split: write_rows(folder / f"{split}.jsonl", multi_label_rows(count, seed=seed))
+            for split, count, seed in (("train", 60, 0), ("validation", 30, 1), ("test", 30, 2))}
+
+
+def multi_label_run(backbone: str, folder: Path, *flags: str):
+    files = multi_label_files(folder)
+    return train(backbone, folder / "out", "--train_file", str(files["train"]), "--validation_file",
+                 str(files["validation"]), "--test_file", str(files["test"]), "--do_train", "--do_eval",
+                 "--do_predict", "--num_train_epochs", "1", *flags)
+
+
+def saved_scores_and_targets(folder: Path, rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """The saved model's sigmoid scores of ``rows``, and their 0/1 targets."""
+    from transformers import AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        logits = model(**tokenizer([row["text"] for row in rows], padding=True, return_tensors="pt")).logits
+    targets = np.array([[float(name in row["label"]) for name in MULTI_LABEL_NAMES] for row in rows])
+    return torch.sigmoid(logits).numpy(), targets
+
+
+def test_a_tuned_global_threshold_is_saved_evaluated_used_and_shown(tiny_backbone_path, tmp_path):
+    result = multi_label_run(tiny_backbone_path, tmp_path)  # tune_thresholds auto: global, for micro-F1
+    folder = result.output_dir
+    threshold = json.loads((folder / "config.json").read_text())["decision_threshold"]
+    assert isinstance(threshold, float) and 0 < threshold < 1
+
+    # The threshold is what tune_thresholds gives on the saved model's validation scores...
+    scores, targets = saved_scores_and_targets(folder, multi_label_rows(30, seed=1))
+    assert threshold == pytest.approx(tune_thresholds(scores, targets, per_label=False, average="micro"), abs=1e-4)
+    # ...the validation metrics are measured at it (and reported at 0.5 as well)...
+    logits = np.log(scores / (1 - scores))
+    tuned, at_one_half = (compute_metrics(logits, targets, "multi_label_classification", value) for value in (threshold, 0.5))
+    for metric in ("f1_micro", "f1_macro", "exact_match"):
+        assert result.metrics[f"eval_{metric}"] == pytest.approx(tuned[metric], abs=1e-6)
+        assert result.metrics[f"eval_{metric}_at_0.5"] == pytest.approx(at_one_half[metric], abs=1e-6)
+    assert result.metrics["eval_f1_micro"] >= result.metrics["eval_f1_micro_at_0.5"]
+    saved_results = json.loads((folder / "all_results.json").read_text())
+    assert saved_results["eval_f1_micro_at_0.5"] == result.metrics["eval_f1_micro_at_0.5"]
+
+    # ...and the test predictions are made at it.
+    predictions = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
+    for prediction in predictions:
+        assert prediction["prediction"] == [name for name, score in prediction["scores"].items() if score >= threshold]
+
+    card = (folder / "README.md").read_text()
+    assert (f"decision threshold: **{round(threshold, 4)}** for every label, tuned on the validation split (30 rows) "
+            "to maximise micro-F1.") in card
+    assert "optimistic" in card
+    assert "\n".join(["| Validation | at 0.5 | tuned |", "|---|---|---|"] + [
+        f"| {metric} | {round(at_one_half[metric], 4)} | {round(result.metrics[f'eval_{metric}'], 4)} |"
+        for metric in ("f1_micro", "f1_macro", "exact_match")
+    ]) in card
+    assert "Loss: `bce`." in card
+
+
+def test_per_label_thresholds_pos_weight_auto_and_the_loss_reach_config_and_card(tiny_backbone_path, tmp_path):
+    result = multi_label_run(tiny_backbone_path, tmp_path, "--tune_thresholds", "per_label", "--threshold_average",
+                             "macro", "--pos_weight", "auto", "--multi_label_loss", "focal")
+    folder = result.output_dir
+    config = json.loads((folder / "config.json").read_text())
+    train_targets = np.array([[float(name in row["label"]) for name in MULTI_LABEL_NAMES] for row in multi_label_rows(60)])
+    positives = train_targets.sum(axis=0)
+    assert config["pos_weight"] == pytest.approx(list((60 - positives) / positives))
+    assert (config["multi_label_loss"], config["focal_gamma"]) == ("focal", 2.0)
+
+    thresholds = config["decision_threshold"]
+    scores, targets = saved_scores_and_targets(folder, multi_label_rows(30, seed=1))
+    assert thresholds == pytest.approx(tune_thresholds(scores, targets, per_label=True, average="macro"), abs=1e-4)
+
+    card = (folder / "README.md").read_text()
+    assert ("Loss: `focal` (`focal_gamma` 2.0), with each label's positive term weighted (negatives / positives per "
+            "label, counted in the training split).") in card
+    assert "one per label (in the table below), tuned on the validation split (30 rows) to maximise macro-F1." in card
+    table = "\n".join(["| Label | Threshold | Positive weight |", "|---|---|---|"] + [
+        f"| `{name}` | {round(value, 4)} | {round(weight, 4)} |"
+        for name, value, weight in zip(MULTI_LABEL_NAMES, thresholds, config["pos_weight"], strict=True)
+    ])
+    assert table in card
+
+    # Evaluating the saved model keeps its thresholds, and says so.
+    evaluation = run(["--model_name_or_path", str(folder), "--validation_file", str(tmp_path / "validation.jsonl"),
+                      "--do_eval", "--output_dir", str(tmp_path / "evaluated"), "--disable_tqdm", "true"])
+    assert json.loads((evaluation.output_dir / "config.json").read_text())["decision_threshold"] == thresholds
+    assert evaluation.metrics["eval_f1_macro"] == pytest.approx(result.metrics["eval_f1_macro"], abs=1e-6)
+    card = (evaluation.output_dir / "README.md").read_text()
+    assert "one per label (in the table below), kept from the model this run started from." in card
+    # Or tunes them again, without training: here one threshold for every label.
+    retuned = run(["--model_name_or_path", str(folder), "--validation_file", str(tmp_path / "validation.jsonl"),
+                   "--do_eval", "--output_dir", str(tmp_path / "retuned"), "--disable_tqdm", "true",
+                   "--tune_thresholds", "global"])
+    threshold = json.loads((retuned.output_dir / "config.json").read_text())["decision_threshold"]
+    assert threshold == pytest.approx(tune_thresholds(scores, targets, per_label=False, average="micro"), abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "flags, threshold, shown",
+    [(["--tune_thresholds", "none"], None, "**0.5** for every label, the default (no threshold was set or tuned)."),
+     (["--decision_threshold", "0.3"], 0.3, "**0.3** for every label, set with `--decision_threshold`.")],
+)
+def test_thresholds_are_left_alone_when_not_tuned_or_set_by_the_user(tiny_backbone_path, tmp_path, flags, threshold,
+                                                                       shown):
+    result = multi_label_run(tiny_backbone_path, tmp_path, *flags)
+    assert json.loads((result.output_dir / "config.json").read_text())["decision_threshold"] == threshold
+    assert not [key for key in result.metrics if key.endswith("_at_0.5")]
+    card = (result.output_dir / "README.md").read_text()
+    assert shown in card and "optimistic" not in card
+
+
+@pytest.mark.parametrize(
+    "data, flags, message",
+    [("multi", ["--tune_thresholds", "per_label"], "tune_thresholds=per_label tunes on the validation split: give "
+      "validation data and --do_eval."),
+     ("single", ["--do_eval", "--tune_thresholds", "global"], "tune_thresholds=global chooses the decision thresholds "
+      "of a multi-label classifier; this run's labels are single_label_classification."),
+     ("multi", ["--do_eval", "--tune_thresholds", "global", "--decision_threshold", "0.3"],
+      "decision_threshold is set and tune_thresholds=global would replace it"),
+     ("single", ["--pos_weight", "auto"], "pos_weight weights the positive labels of a multi-label loss; this run's "
+      "labels are single_label_classification.")],
+)
+def test_impossible_threshold_and_pos_weight_settings_are_usage_errors(tiny_backbone_path, tmp_path, data, flags,
+                                                                       message):
+    rows = multi_label_rows(20) if data == "multi" else topic_rows(20)
+    path = write_rows(tmp_path / "data.jsonl", rows)
+    with pytest.raises(UsageError) as error:
+        train(tiny_backbone_path, tmp_path / "out", "--train_file", str(path), "--validation_file", str(path),
+              "--do_train", *flags)
+    assert message in str(error.value)
+    assert leftovers(tmp_path / "out") == []

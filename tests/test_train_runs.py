@@ -408,7 +408,9 @@ def test_a_tuned_global_threshold_is_saved_evaluated_used_and_shown(tiny_backbon
         f"| {metric} | {round(at_one_half[metric], 4)} | {round(result.metrics[f'eval_{metric}'], 4)} |"
         for metric in ("f1_micro", "f1_macro", "exact_match")
     ]) in card
-    assert "Loss: `bce`." in card
+    # train.py's multi-label default loss, with its settings
+    assert "Loss: `asymmetric` (`asymmetric_gamma_neg` 4.0, `asymmetric_gamma_pos` 0.0, `asymmetric_clip` 0.05)." in card
+    assert json.loads((folder / "config.json").read_text())["multi_label_loss"] == "asymmetric"
 
 
 def test_per_label_thresholds_pos_weight_auto_and_the_loss_reach_config_and_card(tiny_backbone_path, tmp_path):

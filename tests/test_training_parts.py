@@ -173,3 +173,24 @@ def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
     assert '"someone/emotions", top_k=None)' in card.text and "print(classify(\"I'm so happy for you!\"))" in card.text
     assert "The head is `linear`: Dropout and a linear layer (BERT style) (dropout 0.1)." in card.text
     assert "| `gem_p` | `3.0` |" in card.text and "| validation | n/a | 0.6123 |" in card.text
+
+
+def test_multi_label_runs_default_to_the_asymmetric_loss_and_others_keep_theirs():
+    from types import SimpleNamespace
+
+    from pooled_models import PooledConfig
+    from pooled_models.labels import Labels
+    from pooled_models.model_setup import resolve_multi_label_loss
+
+    def resolved(problem_type, given=None, saved=None):
+        args = SimpleNamespace(multi_label_loss=given)
+        resolve_multi_label_loss(args, Labels(problem_type=problem_type, names=["a", "b"]), saved)
+        return args.multi_label_loss
+
+    assert resolved("multi_label_classification") == "asymmetric"
+    assert resolved("multi_label_classification", given="bce") == "bce"
+    # single-label: PooledConfig's own default, which pooled_config_kwargs leaves out (the setting does not apply)
+    assert resolved("single_label_classification") == PooledConfig().multi_label_loss == "bce"
+    # continuing from a saved model keeps its loss, so its settings do not change
+    saved = PooledConfig(num_labels=2, problem_type="multi_label_classification", multi_label_loss="focal")
+    assert resolved("multi_label_classification", saved=saved) == "focal"

@@ -322,8 +322,9 @@ class DataArguments:
 class PooledTrainingArguments(TrainingArguments):
     _argument_group_name = "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
 
-    # The optimisation defaults were chosen by measurement (bench/choose_defaults.py; README, "Defaults"). output_dir
-    # has no default, so a run never writes into a folder nobody asked for.
+    # head_learning_rate and num_train_epochs were measured (bench/multilabel_defaults.py; README, "Defaults"); the
+    # batch size, warmup and weight decay are the usual fine-tuning recipe. output_dir has no default, so a run
+    # never writes into a folder nobody asked for.
     learning_rate: float = field(default=5e-5, metadata={"help": "Learning rate of the backbone."})
     head_learning_rate: float | None = field(
         default=HEAD_LEARNING_RATE,

@@ -149,8 +149,10 @@ THRESHOLD_REPORTING_RUN = textwrap.dedent(
     from pooled_models.run import run
 
     class ReportThresholds(TrainerCallback):
+        # one file per process: two processes printing to one pipe can interleave their lines
         def on_evaluate(self, args, state, control, model=None, **kwargs):
-            print("THRESHOLDS", args.process_index, json.dumps(model.config.decision_threshold), flush=True)
+            with open(f"thresholds-{args.process_index}.jsonl", "a") as handle:
+                handle.write(json.dumps(model.config.decision_threshold) + "\\n")
 
     run(sys.argv[1:], callbacks=[ReportThresholds()])
     """
@@ -178,12 +180,9 @@ def test_thresholds_tuned_on_two_processes_are_the_same_everywhere_and_fit_all_v
     assert json.loads((output_dir / "all_results.json").read_text())["world_size"] == 2
     saved = json.loads((output_dir / "config.json").read_text())["decision_threshold"]
     assert isinstance(saved, list) and len(saved) == 3
-    last_seen = {}
-    for line in result.stdout.splitlines():
-        if line.startswith("THRESHOLDS "):
-            _, process, thresholds = line.split(" ", 2)
-            last_seen[process] = json.loads(thresholds)
-    assert last_seen == {"0": saved, "1": saved}  # the final evaluation, on each process, at the saved thresholds
+    last_seen = {process: json.loads((tmp_path / f"thresholds-{process}.jsonl").read_text().splitlines()[-1])
+                 for process in (0, 1)}
+    assert last_seen == {0: saved, 1: saved}  # the final evaluation, on each process, at the saved thresholds
 
     model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
     from transformers import AutoTokenizer

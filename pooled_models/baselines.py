@@ -21,8 +21,10 @@ from .arguments import UsageError, parse_arguments
 from .data import prepare_splits, text_columns
 from .labels import Labels
 from .packaged import resolve_backbone
+from .run import needed_splits
+from .threshold_tuning import plan_thresholds
 from .thresholds import tune_thresholds
-from .training import BEST_MODEL_METRIC, compute_metrics
+from .training import BEST_MODEL_METRIC, compute_metrics, probabilities
 
 __all__ = ["vanilla_model", "logistic_regression_baseline", "REGULARISATION"]
 
@@ -88,24 +90,23 @@ def _scores(model, problem_type: str, features: np.ndarray, num_labels: int) -> 
     return log_probabilities
 
 
-def logistic_regression_baseline(argv: list[str], tune: str = "global", average: str = "micro") -> dict[str, Any]:
+def logistic_regression_baseline(argv: list[str]) -> dict[str, Any]:
     """Fit the frozen-embedding baseline on the data ``argv`` (train.py arguments) describes.
 
     Returns train.py-style metrics (``eval_*`` on validation, ``test_*`` on a labelled test split), with
-    ``train_runtime`` (embedding and fitting), ``train_samples_per_second`` and ``parameters``.
-    ``tune`` is how multi-label thresholds are chosen on validation ("global", "per_label" or "none").
+    ``train_runtime`` (embedding and fitting), ``train_samples_per_second`` and ``parameters``. Multi-label
+    thresholds follow train.py's plan (``--tune_thresholds``, ``--threshold_average``, ``--decision_threshold``).
     """
     from sentence_transformers import SentenceTransformer
 
     model_args, data_args, training_args = parse_arguments(argv)
     if not training_args.do_train:
         raise UsageError("The logistic-regression baseline trains: set do_train.")
-    roles = ["train"] + [role for role, wanted in (("validation", training_args.do_eval),
-                                                   ("test", training_args.do_predict)) if wanted]
-    splits, labels = prepare_splits(data_args, roles, cache_dir=model_args.cache_dir)
+    splits, labels = prepare_splits(data_args, needed_splits(training_args), cache_dir=model_args.cache_dir)
     if "validation" not in splits:
         raise UsageError("The logistic-regression baseline chooses its regularisation on validation data: set "
                          "validation_file (or a dataset with a validation split) and do_eval.")
+    plan = plan_thresholds(training_args, labels, splits, given=model_args.decision_threshold is not None, saved=False)
     backbone, _ = resolve_backbone(model_args.model_name_or_path)
     problem_type = labels.problem_type
     start = time.perf_counter()
@@ -114,33 +115,35 @@ def logistic_regression_baseline(argv: list[str], tune: str = "global", average:
     features = {name: _embed(encoder, split, data_args) for name, split in splits.items() if split.labelled}
     targets = {name: np.asarray(split.targets) for name, split in splits.items() if split.labelled}
 
+    def scores(fitted, split: str) -> np.ndarray:
+        return _scores(fitted, problem_type, features[split], labels.num_labels)
+
+    # The regularisation with the best validation metric (train.py's best-model metric, at the default threshold).
     metric, greater_is_better = BEST_MODEL_METRIC[problem_type]
-    candidates = {}
-    for strength in REGULARISATION:
-        fitted = _fit(problem_type, features["train"], targets["train"], strength, training_args.seed)
-        value = compute_metrics(_scores(fitted, problem_type, features["validation"], labels.num_labels), targets["validation"],
-                                problem_type)[metric]
-        candidates[strength] = (value if greater_is_better else -value, fitted)
-    strength = max(candidates, key=lambda key: candidates[key][0])
-    fitted = candidates[strength][1]
-    threshold = None
-    validation_scores = _scores(fitted, problem_type, features["validation"], labels.num_labels)
-    if problem_type == "multi_label_classification" and tune != "none":
-        threshold = tune_thresholds(1.0 / (1.0 + np.exp(-validation_scores)), targets["validation"],
-                                    per_label=tune == "per_label", average=average)
+    sign = 1 if greater_is_better else -1
+    fits = [_fit(problem_type, features["train"], targets["train"], strength, training_args.seed)
+            for strength in REGULARISATION]
+    validation_scores = [scores(fitted, "validation") for fitted in fits]
+    best = max(range(len(fits)), key=lambda index: sign * compute_metrics(
+        validation_scores[index], targets["validation"], problem_type)[metric])
+    fitted, validation_scores = fits[best], validation_scores[best]
+    threshold = model_args.decision_threshold
+    if plan is not None and plan.tunes:
+        threshold = tune_thresholds(probabilities(validation_scores, problem_type), targets["validation"],
+                                    per_label=plan.tuning == "per_label", average=plan.average)
     seconds = time.perf_counter() - start
 
     metrics: dict[str, Any] = {
         "train_runtime": seconds,
         "train_samples_per_second": len(targets["train"]) / seconds,
-        "regularisation": strength,
+        "regularisation": REGULARISATION[best],
         "decision_threshold": threshold,
         "parameters": int(sum(np.asarray(array).size for array in _coefficients(fitted))),
     }
     for prefix, name in (("eval", "validation"), ("test", "test")):
         if name in features:
-            scores = validation_scores if name == "validation" else _scores(fitted, problem_type, features[name], labels.num_labels)
-            values = compute_metrics(scores, targets[name], problem_type, threshold)
+            split_scores = validation_scores if name == "validation" else scores(fitted, name)
+            values = compute_metrics(split_scores, targets[name], problem_type, threshold)
             metrics.update({f"{prefix}_{key}": value for key, value in values.items()})
     return metrics
 

@@ -49,7 +49,7 @@ from .training import (
     resolve_checkpoint,
 )
 
-__all__ = ["RunResult", "run", "main"]
+__all__ = ["RunResult", "run", "main", "needed_splits"]
 
 logger = logging.getLogger("pooled_models.train")
 
@@ -84,7 +84,7 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factor
     """
     model_args, data_args, training_args = parse_arguments(argv)
     _set_up_logging(training_args)
-    roles = _roles(training_args)
+    roles = needed_splits(training_args)
     base_model = _resolve_backbone(model_args)
     staging = StagedOutputDir(training_args.output_dir, overwrite=training_args.overwrite_output_dir)
     checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, staging.work) if training_args.do_train else None
@@ -163,7 +163,7 @@ def _set_up_logging(training_args) -> None:
     transformers.utils.logging.set_verbosity(level)
 
 
-def _roles(training_args) -> list[str]:
+def needed_splits(training_args) -> list[str]:
     """The splits the run needs: train (do_train), validation (do_eval), test (do_predict)."""
     wanted = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
     roles = [role for role, needed in wanted.items() if needed]

@@ -162,13 +162,13 @@ def _check_data(train_arguments: list[str], options: argparse.Namespace) -> tupl
     """Check the data once, before any run, and return the problem type and the metric the sweep ranks by:
     train.py's best-model metric, on the test split when it is labelled, else on validation."""
     from .data import prepare_splits
+    from .run import needed_splits
 
     model_args, data_args, training_args = parse_arguments(
         _run_arguments(train_arguments, None, options.seeds[0], options.report_dir / "runs" / "check"))
     if not training_args.do_eval:
         raise UsageError("The sweep compares runs on validation data: set do_eval (and a validation split).")
-    roles = ["train", "validation"] + (["test"] if training_args.do_predict else [])
-    splits, labels = prepare_splits(data_args, roles, cache_dir=model_args.cache_dir)
+    splits, labels = prepare_splits(data_args, needed_splits(training_args), cache_dir=model_args.cache_dir)
     split = "test" if "test" in splits and splits["test"].labelled else "eval"
     return labels.problem_type, f"{split}_{BEST_MODEL_METRIC[labels.problem_type][0]}"
 

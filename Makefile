@@ -31,8 +31,9 @@ bench-accuracy: install
 	$(BIN)/python bench/accuracy.py
 
 # The quickstart: fine-tunes the packaged MiniLM on the generated demo data, offline, in a few minutes on 2 CPU cores.
+# --overwrite_output_dir lets `make demo` run again: it replaces only a folder an earlier run wrote.
 demo: install
-	$(BIN)/python train.py configs/quickstart.yaml
+	$(BIN)/python train.py configs/quickstart.yaml --overwrite_output_dir
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

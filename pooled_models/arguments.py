@@ -26,6 +26,7 @@ import yaml
 from transformers import HfArgumentParser, PreTrainedConfig, TrainingArguments
 
 from .configuration_pooled import PooledConfig
+from .errors import UsageError
 from .losses import PROBLEM_TYPES
 from .pooling import POOLERS
 from .thresholds import AVERAGES
@@ -74,10 +75,6 @@ THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
 HEAD_LEARNING_RATE = 1e-3
 NUM_TRAIN_EPOCHS = 4.0
 TRAIN_BATCH_SIZE = 16
-
-
-class UsageError(ValueError):
-    """A problem with the arguments or the data that the user can fix; train.py prints it without a traceback."""
 
 
 # ----------------------------------------------------------------------------------------------------

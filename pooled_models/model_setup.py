@@ -4,15 +4,18 @@ train.py saved before (to evaluate it or train it further). Nothing here runs co
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
-from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, PreTrainedConfig
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
-from .arguments import FROM_TRAINING_DATA, UsageError, pooled_config_kwargs
+from .arguments import FROM_TRAINING_DATA, pooled_config_kwargs
 from .backbone import position_offset
 from .configuration_pooled import PooledConfig
 from .data import Split
+from .errors import UsageError
 from .labels import Labels
-from .modeling_pooled import PooledForSequenceClassification
+from .modeling_pooled import AUTO_MAP, PooledForSequenceClassification
 from .thresholds import positive_weights
 
 __all__ = [
@@ -30,15 +33,49 @@ logger = logging.getLogger(__name__)
 
 
 def saved_pooled_config(model_args) -> PooledConfig | None:
-    """The config of a model saved by train.py, when ``model_name_or_path`` is one; None for a plain backbone."""
+    """The config of a model saved by train.py, when ``model_name_or_path`` is one; None for a plain backbone.
+
+    Refuses, before anything is written, a model whose config.json names code to run (``custom_pipelines``, an
+    ``auto_map`` other than pooled_models' own) and a local folder whose weights are not safetensors.
+    """
+    name = model_args.model_name_or_path
+    hub_kwargs = {"revision": model_args.model_revision, "cache_dir": model_args.cache_dir}
     try:
-        config = AutoConfig.from_pretrained(
-            model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,
-            trust_remote_code=False,
-        )
+        config_dict, _ = PreTrainedConfig.get_config_dict(name, **hub_kwargs)
+        _refuse_code_references(name, config_dict)
+        config = AutoConfig.from_pretrained(name, trust_remote_code=False, **hub_kwargs)
     except (OSError, ValueError) as error:
-        raise UsageError(f"Cannot load the model {model_args.model_name_or_path!r}: {error}") from error
+        raise UsageError(f"Cannot load the model {name!r}: {' '.join(str(error).split())}") from error
+    _require_safetensors(name)
     return config if isinstance(config, PooledConfig) else None
+
+
+def _refuse_code_references(name: str, config_dict: dict) -> None:
+    found = [key for key in ("custom_pipelines", "trust_remote_code") if config_dict.get(key)]
+    auto_map = config_dict.get("auto_map") or {}
+    foreign = {key: value for key, value in auto_map.items() if AUTO_MAP.get(key) != value} if isinstance(
+        auto_map, dict) else {"auto_map": auto_map}
+    if foreign:
+        found.append(f"auto_map ({', '.join(f'{key}: {value}' for key, value in foreign.items())})")
+    if found:
+        raise UsageError(
+            f"The model {name!r} names code to run in its config.json: {', '.join(found)}. train.py never runs code "
+            "from a checkpoint; start from a model whose code ships with transformers (or pooled_models)."
+        )
+
+
+def _require_safetensors(name: str) -> None:
+    folder = Path(name)
+    if not folder.is_dir():
+        return  # a Hub model: from_pretrained(use_safetensors=True) refuses pickled weights when it downloads them
+    if any(folder.glob("*.safetensors")) or (folder / SAFE_WEIGHTS_INDEX_NAME).is_file():
+        return
+    pickled = sorted(path.name for path in folder.iterdir() if path.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+    found = f" (only {', '.join(pickled)})" if pickled else ""
+    raise UsageError(
+        f"The model folder {folder} holds no safetensors weights{found}; train.py never unpickles weights. Convert "
+        "them once with a loader you trust: model.save_pretrained(folder, safe_serialization=True)."
+    )
 
 
 def resolve_pos_weight(model_args, labels: Labels, splits: dict[str, Split]) -> None:
@@ -90,10 +127,13 @@ def build_model(
                 f"{model_args.model_name_or_path} is a trained pooled model; its settings cannot change "
                 f"({', '.join(f'{name}={value!r}' for name, value in changed.items())}). Start from its backbone instead."
             )
-        model = AutoModelForSequenceClassification.from_pretrained(
-            model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,
-            use_safetensors=True, trust_remote_code=False,
-        )
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,
+                use_safetensors=True, trust_remote_code=False,
+            )
+        except OSError as error:
+            raise UsageError(f"Cannot load the model {model_args.model_name_or_path!r}: {error}") from error
         model.config.pad_token_id = tokenizer.pad_token_id
         return model
     backbone_kwargs = {key: value for key, value in
@@ -111,6 +151,8 @@ def build_model(
         )
     except ValueError as error:  # PooledConfig's checks: a setting that does not apply, an unknown pooling...
         raise UsageError(str(error)) from error
+    except OSError as error:  # no safetensors weights, a download that failed...
+        raise UsageError(f"Cannot load the backbone {model_args.model_name_or_path!r}: {error}") from error
     model.config.pad_token_id = tokenizer.pad_token_id
     return model
 

@@ -22,6 +22,7 @@ from transformers.utils.generic import can_return_tuple
 from .backbone import build_backbone, load_backbone, position_ids_from_mask, position_offset
 from .configuration_pooled import PooledConfig
 from .heads import HEADS, LabelTokenHead
+from .inputs import as_label_tensor, check_inputs
 from .losses import check_labels, classification_loss, infer_problem_type
 from .pooling import Pooler, build_pooler, get_pooler_class
 
@@ -196,6 +197,8 @@ class PooledModel(PooledPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         reference = input_ids if input_ids is not None else inputs_embeds
+        if not torch.compiler.is_compiling():  # data-dependent checks stay off compiled and exported graphs
+            check_inputs(input_ids, attention_mask, reference, self.get_input_embeddings())
         if attention_mask is None:
             if input_ids is not None:
                 self.backbone.warn_if_padding_and_no_attention_mask(input_ids, attention_mask)
@@ -266,9 +269,11 @@ class PooledForSequenceClassification(PooledPreTrainedModel):
         logits = self.classifier(outputs.pooler_output)
         loss = None
         if labels is not None:
-            if self.config.problem_type is None:
-                self.config.problem_type = infer_problem_type(labels, self.num_labels)
-            targets = check_labels(labels, self.config.problem_type, self.num_labels, logits.shape[0])
+            labels = as_label_tensor(labels)
+            problem_type = self.config.problem_type or infer_problem_type(labels, self.num_labels)
+            targets = check_labels(labels, problem_type, self.num_labels, logits.shape[0])
+            # Set only once the labels passed: a bad first batch must not fix the problem type for good ones.
+            self.config.problem_type = problem_type
             loss = classification_loss(logits, targets.to(logits.device), self.config)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions

@@ -6,6 +6,8 @@ created; :mod:`pooled_models.staging` makes the output folder appear only once t
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -16,9 +18,11 @@ from typing import Any
 import transformers
 from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
-from .arguments import FROM_TRAINING_DATA, UsageError, parse_arguments
+from .arguments import FROM_TRAINING_DATA, parse_arguments
+from .checkpoints import TRUE_WORDS, resolve_checkpoint
 from .configuration_pooled import PooledConfig
 from .data import Split, prepare_splits, tokenize
+from .errors import UsageError
 from .labels import Labels
 from .model_setup import (
     build_model,
@@ -30,6 +34,7 @@ from .model_setup import (
 )
 from .outputs import (
     PREDICTIONS_FILE,
+    RESULTS_FILE,
     classify_examples,
     print_summary,
     push_folder,
@@ -46,12 +51,14 @@ from .training import (
     callbacks_for,
     freeze_backbone,
     metrics_function,
-    resolve_checkpoint,
 )
 
 __all__ = ["RunResult", "run", "main", "needed_splits"]
 
 logger = logging.getLogger("pooled_models.train")
+
+# The errors of a full disk or a file system that refuses writes (errno names, as OSError reports them).
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 @dataclass
@@ -69,6 +76,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"train.py: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        if error.errno not in DISK_ERRORS:
+            raise
+        # A full disk or a read-only file system is the machine's state, not a bug: one line, and what to do.
+        where = f" while writing {error.filename}" if error.filename else ""
+        print(f"train.py: error: {error.strerror}{where}. Free some space (or fix the file system) and run again; "
+              "a run that kept a complete checkpoint continues with --resume_from_checkpoint true.", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -84,10 +99,24 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factor
     """
     model_args, data_args, training_args = parse_arguments(argv)
     _set_up_logging(training_args)
+    staging = StagedOutputDir(training_args.output_dir, overwrite=training_args.overwrite_output_dir)
+    # The process that writes holds output_dir's lock from the first check to the last rename.
+    with staging.locked(enabled=training_args.should_save):
+        return _locked_run(staging, model_args, data_args, training_args, callbacks, model_factory)
+
+
+def _locked_run(staging: StagedOutputDir, model_args, data_args, training_args, callbacks, model_factory) -> RunResult:
     roles = needed_splits(training_args)
     base_model = _resolve_backbone(model_args)
-    staging = StagedOutputDir(training_args.output_dir, overwrite=training_args.overwrite_output_dir)
-    checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, staging.work) if training_args.do_train else None
+    resuming = training_args.do_train and training_args.resume_from_checkpoint is not None
+    # What a killed run left is put right first; the other processes then look for checkpoints in the result.
+    with training_args.main_process_first(desc="checking output_dir", local=False):
+        published = staging.recover() if training_args.should_save else False
+        resuming_last = resuming and str(training_args.resume_from_checkpoint).lower() in TRUE_WORDS
+        if resuming_last and (published or staging.holds_finished_run()):
+            print(f"Nothing to resume: the run had finished. Saved to: {staging.final}")
+            return RunResult(output_dir=staging.final, metrics=_published_metrics(staging.final))
+        checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, staging.work) if training_args.do_train else None
     if training_args.should_save:
         staging.check(resuming=checkpoint is not None)
     set_seed(training_args.seed)
@@ -134,10 +163,7 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factor
         metrics = _train_and_evaluate(trainer, splits, checkpoint, labels, data_args, threshold_plan)
     except BaseException:
         if trainer.is_world_process_zero():
-            if staging.abandon():
-                logger.error("The run failed; its checkpoints stay in %s for --resume_from_checkpoint true.", staging.work)
-            else:
-                logger.error("The run failed before its first checkpoint; nothing was kept.")
+            _report_failure(staging)
         raise
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
@@ -154,6 +180,26 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factor
     examples = classify_examples(output_dir, data_args.example_texts) if data_args.example_texts else []
     print_summary(output_dir, metrics, examples)
     return RunResult(output_dir=output_dir, metrics=metrics, examples=examples, parameters=parameters)
+
+
+def _report_failure(staging: StagedOutputDir) -> None:
+    incomplete = [path.name for path in staging.checkpoints()]
+    kept = staging.abandon()
+    if not kept:
+        logger.error("The run failed before its first complete checkpoint; nothing was kept.")
+        return
+    skipped = [name for name in incomplete if name not in {path.name for path in kept}]
+    logger.error(
+        "The run failed; %s in %s stays for --resume_from_checkpoint true%s.", kept[0].name, staging.work,
+        f" ({', '.join(skipped)} is incomplete and will be skipped)" if skipped else "",
+    )
+
+
+def _published_metrics(folder: Path) -> dict[str, float]:
+    try:
+        return json.loads((folder / RESULTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _set_up_logging(training_args) -> None:

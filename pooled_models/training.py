@@ -6,14 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from itertools import chain
-from pathlib import Path
 
 import numpy as np
 from transformers import EarlyStoppingCallback, EvalPrediction, Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
-from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
-from .arguments import UsageError
 from .model_setup import backbone_of
 from .thresholds import DEFAULT_THRESHOLD
 
@@ -26,7 +22,6 @@ __all__ = [
     "freeze_backbone",
     "PooledTrainer",
     "callbacks_for",
-    "resolve_checkpoint",
 ]
 
 # What --load_best_model_at_end and early stopping compare when metric_for_best_model is not set: the metric that
@@ -172,30 +167,3 @@ def callbacks_for(training_args) -> list[TrainerCallback]:
     if training_args.early_stopping_patience is None:
         return []
     return [EarlyStoppingCallback(early_stopping_patience=training_args.early_stopping_patience)]
-
-
-def resolve_checkpoint(resume_from_checkpoint: str | None, work_dir: Path) -> str | None:
-    """The checkpoint folder to resume from: ``true``/``last`` means the newest one the interrupted run left.
-
-    The model weights must be a safetensors file: resuming never unpickles weights.
-    """
-    if resume_from_checkpoint is None or resume_from_checkpoint.lower() in ("false", "no", "none", ""):
-        return None
-    if resume_from_checkpoint.lower() in ("true", "yes", "last"):
-        checkpoint = get_last_checkpoint(str(work_dir)) if work_dir.is_dir() else None
-        if checkpoint is None:
-            raise UsageError(
-                f"resume_from_checkpoint={resume_from_checkpoint}: no {PREFIX_CHECKPOINT_DIR}-* folder in {work_dir}, "
-                "where an interrupted run with this output_dir keeps its checkpoints."
-            )
-    else:
-        checkpoint = resume_from_checkpoint
-    path = Path(checkpoint)
-    if not path.is_dir():
-        raise UsageError(f"resume_from_checkpoint: {checkpoint} is not a folder.")
-    if not ((path / SAFE_WEIGHTS_NAME).is_file() or (path / SAFE_WEIGHTS_INDEX_NAME).is_file()):
-        raise UsageError(
-            f"resume_from_checkpoint: {checkpoint} holds no {SAFE_WEIGHTS_NAME}; train.py only resumes from "
-            "safetensors weights (it never unpickles a model)."
-        )
-    return str(path)

@@ -189,3 +189,41 @@ def test_single_label_with_one_label_is_refused():
     model.config.problem_type = "single_label_classification"
     with pytest.raises(ValueError, match="single_label_classification needs num_labels >= 2"):
         model(**random_batch([4, 6]), labels=torch.tensor([0, 0]))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Mistakes in what a caller passes: a ValueError that says what is wrong, and nothing changed by it
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_token_ids_beyond_the_vocabulary_are_named():
+    model = tiny_model("mean")
+    batch = random_batch([4, 6])
+    batch["input_ids"][1, 2] = 500
+    with pytest.raises(ValueError, match=r"input_ids\[1, 2\] = 500 is not a token id of this model: its vocabulary "
+                                         r"has 120 entries"):
+        model(**batch)
+
+
+def test_a_mask_shaped_unlike_the_ids_is_named():
+    model = tiny_model("mean")
+    batch = random_batch([4, 6])
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 5\) but the inputs are \(2, 6\)"):
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"][:, :5])
+
+
+def test_labels_given_as_a_python_list_work_like_a_tensor():
+    model = tiny_model("mean")
+    batch = random_batch([4, 6])
+    from_list = model(**batch, labels=[0, 2]).loss
+    assert torch.equal(from_list, model(**batch, labels=torch.tensor([0, 2])).loss)
+
+
+def test_a_failed_label_check_does_not_fix_the_problem_type():
+    model = tiny_model("mean")
+    batch = random_batch([4, 6])
+    with pytest.raises(ValueError, match="labels has shape"):
+        model(**batch, labels=torch.tensor([0, 1, 2]))  # three labels for two rows
+    assert model.config.problem_type is None
+    assert model(**batch, labels=torch.tensor([0, 2])).loss is not None
+    assert model.config.problem_type == "single_label_classification"

@@ -60,7 +60,8 @@ def test_a_killed_run_resumes_to_the_same_weights(tiny_backbone_path, tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     work = output_dir.with_name("resumed.incomplete")
-    assert leftovers(output_dir) == [work]  # no half-written output_dir
+    # No half-written output_dir; the lock file stays (SIGKILL runs no cleanup) and the next run sees it is stale.
+    assert leftovers(output_dir) == [work, output_dir.with_name("resumed.lock")]
     assert sorted(path.name for path in work.glob("checkpoint-*")) == ["checkpoint-3"]
     assert (work / "checkpoint-3" / "model.safetensors").is_file()
 

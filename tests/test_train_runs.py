@@ -242,19 +242,19 @@ def test_long_texts_are_truncated_at_the_backbone_limit_and_counted(tiny_backbon
 def test_output_dir_is_never_clobbered(tiny_backbone_path, tmp_path):
     data = write_rows(tmp_path / "train.csv", topic_rows(24))
     output_dir = tmp_path / "out"
-    output_dir.mkdir()
-    (output_dir / "keep.txt").write_text("earlier work")
+    first = train(tiny_backbone_path, output_dir, "--train_file", str(data), "--do_train", "--num_train_epochs", "1")
+    old_weights = (first.output_dir / "model.safetensors").read_bytes()
     with pytest.raises(UsageError, match="already exists"):
         train(tiny_backbone_path, output_dir, "--train_file", str(data), "--do_train")
     # With --overwrite_output_dir a failed run still leaves the old folder alone...
     bad = write_rows(tmp_path / "bad.csv", [{"text": "x", "label": "a"}, {"text": "", "label": "b"}])
     with pytest.raises(UsageError):
         train(tiny_backbone_path, output_dir, "--train_file", str(bad), "--do_train", "--overwrite_output_dir")
-    assert (output_dir / "keep.txt").exists()
+    assert (output_dir / "model.safetensors").read_bytes() == old_weights
     # ...and a successful one replaces it.
     train(tiny_backbone_path, output_dir, "--train_file", str(data), "--do_train", "--overwrite_output_dir",
-          "--num_train_epochs", "1")
-    assert not (output_dir / "keep.txt").exists() and (output_dir / "model.safetensors").exists()
+          "--num_train_epochs", "1", "--seed", "1")
+    assert (output_dir / "model.safetensors").read_bytes() != old_weights
     assert leftovers(output_dir) == [output_dir]
 
 

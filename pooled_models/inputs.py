@@ -1,0 +1,51 @@
+"""Checks of what a caller passes to a pooled model, so a mistake raises a ValueError that says what is wrong
+instead of an IndexError deep in the embedding layer (or a device-side assert on GPU).
+
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
+torch, transformers and its sibling model files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["check_inputs", "as_label_tensor"]
+
+
+def check_inputs(
+    input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, reference: torch.Tensor,
+    embeddings: nn.Module | None,
+) -> None:
+    """The mask matches the inputs' ``[batch, seq_len]``, and every token id has a row in the embedding table."""
+    if attention_mask is not None and tuple(attention_mask.shape) != tuple(reference.shape[:2]):
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)} but the inputs are {tuple(reference.shape[:2])} "
+            "([batch, seq_len]); tokenize texts and mask together (tokenizer(..., padding=True))."
+        )
+    vocab_size = getattr(embeddings, "num_embeddings", None)
+    if input_ids is None or vocab_size is None or input_ids.numel() == 0:
+        return
+    outside = (input_ids < 0) | (input_ids >= vocab_size)
+    if outside.any():
+        row, column = (int(index) for index in outside.nonzero()[0])
+        raise ValueError(
+            f"input_ids[{row}, {column}] = {int(input_ids[row, column])} is not a token id of this model: its "
+            f"vocabulary has {vocab_size} entries (ids 0 to {vocab_size - 1}). Was the text tokenized with another "
+            "model's tokenizer? After adding tokens, call model.resize_token_embeddings(len(tokenizer))."
+        )
+
+
+def as_label_tensor(labels: Any) -> torch.Tensor:
+    """Labels as a tensor: a list or array of class ids / multi-hot rows / numbers is converted, like Trainer's."""
+    if isinstance(labels, torch.Tensor):
+        return labels
+    try:
+        return torch.as_tensor(labels)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(
+            f"labels must be a tensor (or a list of class ids, multi-hot rows or numbers), got "
+            f"{type(labels).__name__}: {error}"
+        ) from error

@@ -8,9 +8,10 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .sweep import RunRecord, Sweep
+from .sweep_records import write_atomically
 
 __all__ = ["Row", "summarise", "write_report"]
 
@@ -115,7 +116,7 @@ def _markdown(sweep: Sweep, rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _chart(sweep: Sweep, rows: list[Row], path: Path) -> None:
+def _chart(sweep: Sweep, rows: list[Row], handle: BinaryIO) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -139,20 +140,26 @@ def _chart(sweep: Sweep, rows: list[Row], path: Path) -> None:
     axis.set_title(f"Pooling sweep: {metric} ({sweep.problem_type.replace('_', ' ')})", fontsize=10)
     axis.margins(x=0.15)
     figure.tight_layout()
-    figure.savefig(path)
+    figure.savefig(handle, format="png")
     plt.close(figure)
 
 
 def write_report(sweep: Sweep, folder: Path) -> dict[str, Path]:
-    """Write report.json, report.md and report.png into ``folder``; returns their paths."""
+    """Write report.json, report.md and report.png into ``folder``; returns their paths.
+
+    Each file is replaced atomically. report.json, which a resumed sweep reads its finished runs from, comes last:
+    an interruption between the files can leave it one run behind the others, never ahead of them.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     rows = summarise(sweep)
     paths = {"markdown": folder / "report.md", "json": folder / "report.json", "chart": folder / "report.png"}
     summary: list[dict[str, Any]] = [{**row.__dict__, "title": row.title} for row in rows]
     document = {**sweep.to_dict(), "summary": summary}
-    paths["json"].write_text(json.dumps(_json_safe(document), indent=2, allow_nan=False) + "\n")
-    paths["markdown"].write_text(_markdown(sweep, rows))
-    _chart(sweep, rows, paths["chart"])
+    markdown = _markdown(sweep, rows).encode()
+    write_atomically(paths["markdown"], lambda handle: handle.write(markdown))
+    write_atomically(paths["chart"], lambda handle: _chart(sweep, rows, handle))
+    text = (json.dumps(_json_safe(document), indent=2, allow_nan=False) + "\n").encode()
+    write_atomically(paths["json"], lambda handle: handle.write(text))
     return paths
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import shutil
 import sys
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from .baselines import logistic_regression_baseline, vanilla_model
 from .pooling import POOLERS
 from .training import BEST_MODEL_METRIC
 
-__all__ = ["BASELINES", "RunRecord", "Sweep", "parse_sweep_arguments", "run_sweep", "main"]
+__all__ = ["BASELINES", "RunRecord", "Sweep", "SweepInterrupted", "parse_sweep_arguments", "run_sweep", "main"]
 
 logger = logging.getLogger("pooled_models.sweep")
 
@@ -143,15 +144,22 @@ def run_one(name: str, kind: str, seed: int, train_arguments: list[str], runs_di
             metrics, record.parameters = result.metrics, result.parameters
         record.metrics = {key: value for key, value in metrics.items() if _is_number_or_list(value)}
     except KeyboardInterrupt:
+        # An interrupted run has no result, so none of its folders may stay and look like one.
+        _tidy_run_folders(output_dir, keep_model=False)
         raise
     except BaseException as error:  # noqa: BLE001 - a failed run is a result of the sweep, not its end
         record.status, record.error = "failed", _describe(error)
         logger.debug("%s seed %d failed:\n%s", name, seed, traceback.format_exc())
     record.seconds = time.perf_counter() - start
+    _tidy_run_folders(output_dir, keep_model)
+    return record
+
+
+def _tidy_run_folders(output_dir: Path, keep_model: bool) -> None:
+    """Remove the run's model unless it is kept, and the ``.incomplete`` folder a failed train.py run can leave."""
     if not keep_model:
         shutil.rmtree(output_dir, ignore_errors=True)
     shutil.rmtree(output_dir.with_name(output_dir.name + ".incomplete"), ignore_errors=True)
-    return record
 
 
 def _is_number_or_list(value: Any) -> bool:
@@ -173,40 +181,108 @@ def _check_data(train_arguments: list[str], options: argparse.Namespace) -> tupl
     return labels.problem_type, f"{split}_{BEST_MODEL_METRIC[labels.problem_type][0]}"
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep's run. ``sweep`` holds the runs finished before it, which the report in ``report_dir``
+    already shows; ``run`` is the interrupted one, e.g. "pooling cls, seed 1"."""
+
+    def __init__(self, sweep: Sweep, run: str, report_dir: Path):
+        super().__init__(run)
+        self.sweep, self.run, self.report_dir = sweep, run, report_dir
+
+
+def _kind(name: str) -> str:
+    return "baseline" if name in BASELINES else "pooling"
+
+
+def _plan(sweep: Sweep) -> list[tuple[str, int]]:
+    """Every run of the sweep, ``(name, seed)``, in the order they run: all poolings and baselines, seed by seed."""
+    return [(name, seed) for seed in sweep.seeds for name in sweep.names]
+
+
+def _with_record(sweep: Sweep, record: RunRecord) -> Sweep:
+    """The sweep with ``record`` added, in place of an earlier record of the same run."""
+    records = [old for old in sweep.records if (old.name, old.seed) != (record.name, record.seed)]
+    return replace(sweep, records=[*records, record])
+
+
+def _outcome(record: RunRecord, metric: str) -> str:
+    if record.status == "failed":
+        return f"FAILED: {record.error}"
+    value = record.metrics.get(metric)
+    return f"{metric} {value:.4f}" if isinstance(value, float) else f"no {metric}"
+
+
 def run_sweep(options: argparse.Namespace, train_arguments: list[str]) -> Sweep:
+    """Run the sweep; the report in ``options.report_dir`` is rewritten after every run, so an interrupted sweep
+    keeps the runs it finished (Ctrl-C raises :class:`SweepInterrupted`, which says which)."""
+    from .sweep_report import write_report
+
     problem_type, metric = _check_data(train_arguments, options)
     runs_dir = options.report_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    plan = [(name, "pooling") for name in options.poolings] + [(name, "baseline") for name in options.baselines]
-    sweep = Sweep(problem_type=problem_type, metric=metric, greater_is_better=BEST_MODEL_METRIC[problem_type][1],
-                  names=[name for name, _ in plan], seeds=list(options.seeds), train_arguments=list(train_arguments))
-    total = len(plan) * len(options.seeds)
-    for index, ((name, kind), seed) in enumerate(((entry, seed) for seed in options.seeds for entry in plan), 1):
-        print(f"[sweep {index}/{total}] {kind} {name}, seed {seed} ...", flush=True)
-        record = run_one(name, kind, seed, train_arguments, runs_dir, options.keep_models)
-        sweep.records.append(record)
-        value = record.metrics.get(metric)
-        if record.status == "failed":
-            outcome = f"FAILED: {record.error}"
-        else:
-            outcome = f"{metric} {value:.4f}" if isinstance(value, float) else f"no {metric}"
-        print(f"[sweep {index}/{total}] {kind} {name}, seed {seed}: {outcome} ({record.seconds:.0f} s)", flush=True)
-    if not any(runs_dir.iterdir()):
-        runs_dir.rmdir()
+    sweep = Sweep(
+        problem_type=problem_type,
+        metric=metric,
+        greater_is_better=BEST_MODEL_METRIC[problem_type][1],
+        names=[*options.poolings, *options.baselines],
+        seeds=list(options.seeds),
+        train_arguments=list(train_arguments),
+    )
+    plan = _plan(sweep)
+    for index, (name, seed) in enumerate(plan, 1):
+        run = f"{_kind(name)} {name}, seed {seed}"
+        print(f"[sweep {index}/{len(plan)}] {run} ...", flush=True)
+        try:
+            record = run_one(name, _kind(name), seed, train_arguments, runs_dir, options.keep_models)
+            updated = _with_record(sweep, record)
+            write_report(updated, options.report_dir)
+        except KeyboardInterrupt as interrupt:
+            _remove_if_empty(runs_dir)
+            raise SweepInterrupted(sweep, run, options.report_dir) from interrupt
+        sweep = updated  # only once its report is written: an interruption above leaves the report as it was
+        print(f"[sweep {index}/{len(plan)}] {run}: {_outcome(record, metric)} ({record.seconds:.0f} s)", flush=True)
+    _remove_if_empty(runs_dir)
     return sweep
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from .sweep_report import write_report
+def _remove_if_empty(folder: Path) -> None:
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
 
+
+def _report_paths(folder: Path) -> list[Path]:
+    return [folder / "report.md", folder / "report.json", folder / "report.png"]
+
+
+def _interrupted_message(interrupted: KeyboardInterrupt, argv: list[str]) -> str:
+    """What Ctrl-C leaves: the runs finished (in the report) and the command that continues the sweep."""
+    during_a_run = isinstance(interrupted, SweepInterrupted)  # else it came before the first run
+    records = interrupted.sweep.records if during_a_run else []
+    lines = ["sweep.py: interrupted" + (f" during {interrupted.run}." if during_a_run else ".")]
+    if records:
+        finished = [f"{record.name} seed {record.seed}" + (" (failed)" if record.status == "failed" else "")
+                    for record in records]
+        lines += [f"Finished runs ({len(records)}): {', '.join(finished)}.",
+                  "Their report: " + ", ".join(map(str, _report_paths(interrupted.report_dir)))]
+    else:
+        lines.append("No run had finished; nothing was written.")
+    resume = [] if "--resume" in argv else ["--resume"]
+    lines.append("To continue (finished runs are skipped): " + shlex.join(["python", "sweep.py", *argv, *resume]))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        options, train_arguments = parse_sweep_arguments(sys.argv[1:] if argv is None else argv)
+        options, train_arguments = parse_sweep_arguments(argv)
         sweep = run_sweep(options, train_arguments)
     except UsageError as error:
         print(f"sweep.py: error: {error}", file=sys.stderr)
         return 2
-    paths = write_report(sweep, options.report_dir)
-    print(paths["markdown"].read_text())
-    print("Report: " + ", ".join(str(path) for path in paths.values()))
+    except KeyboardInterrupt as interrupted:
+        print(_interrupted_message(interrupted, argv), file=sys.stderr)
+        return 130  # the shell's status for Ctrl-C (128 + SIGINT)
+    print((options.report_dir / "report.md").read_text())
+    print("Report: " + ", ".join(map(str, _report_paths(options.report_dir))))
     return 0 if any(record.status == "ok" for record in sweep.records) else 1

@@ -99,6 +99,7 @@ def _markdown(sweep: Sweep, rows: list[Row]) -> str:
         "",
         "train.py arguments of every run: `" + (" ".join(sweep.train_arguments) or "(none)") + "`",
         "",
+        *_partial_note(sweep),
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" if index == 0 else "---:" for index in range(len(header))) + "|",
     ]
@@ -116,6 +117,14 @@ def _markdown(sweep: Sweep, rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _partial_note(sweep: Sweep) -> list[str]:
+    """A report written while the sweep runs (or after it was interrupted) says how far it got."""
+    planned, finished = len(sweep.names) * len(sweep.seeds), len(sweep.records)
+    if finished >= planned:
+        return []
+    return [f"**Partial report**: {finished} of {planned} runs finished so far (`--resume` runs the others).", ""]
+
+
 def _chart(sweep: Sweep, rows: list[Row], handle: BinaryIO) -> None:
     import matplotlib
 
@@ -131,7 +140,7 @@ def _chart(sweep: Sweep, rows: list[Row], handle: BinaryIO) -> None:
     colours = ["tab:gray" if row.kind == "baseline" else "tab:blue" for row in shown]
     bars = axis.barh(range(len(shown)), means, xerr=errors if any(errors) else None, color=colours, capsize=3)
     for bar, row in zip(bars, shown, strict=True):
-        label = "failed" if row.mean is None else f"{row.mean:.3f}"
+        label = f"{row.mean:.3f}" if row.mean is not None else "failed" if row.runs else "not run yet"
         axis.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {label}", va="center", fontsize=8)
     axis.set_yticks(range(len(shown)), [row.title if row.kind == "pooling" else f"{row.name} (baseline)" for row in shown],
                     fontsize=8)

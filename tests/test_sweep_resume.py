@@ -6,8 +6,14 @@ Most tests replace the runs by an instant fake (``fake_runs``): what they test i
 trains the tiny backbone and interrupts it inside the Trainer, as Ctrl-C would."""
 
 import json
+import os
 import shlex
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 from cli_helpers import multi_label_rows, write_rows
@@ -19,6 +25,8 @@ from pooled_models.sweep import RunRecord, main
 from pooled_models.sweep_records import write_atomically
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+REPO = Path(__file__).resolve().parent.parent
 
 # One epoch of a tiny model on 48 rows: a run takes about a second.
 TRAINING = ["--num_train_epochs", "1", "--learning_rate", "1e-3", "--per_device_train_batch_size", "16"]
@@ -337,3 +345,73 @@ def test_resume_refuses_a_report_that_did_not_record_its_settings(tmp_path, data
     assert main([*argv, "--resume"]) == 2
     assert fake_runs.calls == []
     assert "did not record the settings of its runs" in capsys.readouterr().err
+
+
+# sweep.py in its own process, signalled by the real signal during the first training step of its second run: SIGINT
+# is Ctrl-C; SIGKILL leaves no chance to clean up, as when a job is pre-empted.
+SIGNALLED_SWEEP = textwrap.dedent(
+    """
+    import os, signal, sys
+    from transformers import TrainerCallback
+    import pooled_models.run as run_module
+    from pooled_models.sweep import main
+
+    class SignalAtFirstStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            os.kill(os.getpid(), getattr(signal, os.environ["TEST_SIGNAL"]))
+
+    real_run, calls = run_module.run, []
+
+    def run(argv, callbacks=(), model_factory=None):
+        calls.append(argv)
+        if len(calls) == 2:
+            callbacks = [*callbacks, SignalAtFirstStep()]
+        return real_run(argv, callbacks=callbacks, model_factory=model_factory)
+
+    run_module.run = run
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signal_name", "status"), [("SIGINT", 130), ("SIGKILL", -signal.SIGKILL)])
+def test_a_signalled_sweep_process_keeps_its_finished_run(
+    tiny_backbone_path, tmp_path, data, signal_name, status
+):
+    report_dir = tmp_path / "report"
+    argv = sweep_argv(
+        data, report_dir, "--poolings", "mean,max", "--baselines", "none", backbone=tiny_backbone_path
+    )
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "TEST_SIGNAL": signal_name, "OMP_NUM_THREADS": "1"}
+    signalled = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_SWEEP, *argv],
+        env=environment,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert signalled.returncode == status, signalled.stderr[-3000:]
+    if signal_name == "SIGINT":
+        assert "Finished runs (1): mean seed 42." in signalled.stderr
+        assert not (report_dir / "runs").exists()  # the interrupted run removed its folder
+    else:  # killed: the run's work folder stays, but the report does not count it
+        assert [path.name for path in (report_dir / "runs").iterdir()] == ["max-seed42.incomplete"]
+    assert runs_in(report(report_dir)) == [("mean", 42, "ok")]
+    assert png_size(report_dir / "report.png")[0] > 100
+    assert not list(report_dir.glob(".*.tmp"))
+
+    with pytest.MonkeyPatch.context() as patch:
+        import pooled_models.run as run_module
+
+        real_run, calls = run_module.run, []
+        patch.setattr(
+            run_module, "run", lambda argv, **kwargs: calls.append(argv) or real_run(argv, **kwargs)
+        )
+        assert main([*argv, "--resume"]) == 0
+    assert len(calls) == 1  # max only
+    assert runs_in(report(report_dir)) == [("mean", 42, "ok"), ("max", 42, "ok")]
+    assert not (
+        report_dir / "runs"
+    ).exists()  # what the killed run left is gone with the run that replaced it

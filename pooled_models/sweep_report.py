@@ -8,9 +8,10 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .sweep import RunRecord, Sweep
+from .sweep_records import write_atomically
 
 __all__ = ["Row", "summarise", "write_report"]
 
@@ -98,6 +99,7 @@ def _markdown(sweep: Sweep, rows: list[Row]) -> str:
         "",
         "train.py arguments of every run: `" + (" ".join(sweep.train_arguments) or "(none)") + "`",
         "",
+        *_partial_note(sweep),
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" if index == 0 else "---:" for index in range(len(header))) + "|",
     ]
@@ -115,7 +117,15 @@ def _markdown(sweep: Sweep, rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _chart(sweep: Sweep, rows: list[Row], path: Path) -> None:
+def _partial_note(sweep: Sweep) -> list[str]:
+    """A report written while the sweep runs (or after it was interrupted) says how far it got."""
+    planned, finished = len(sweep.names) * len(sweep.seeds), len(sweep.records)
+    if finished >= planned:
+        return []
+    return [f"**Partial report**: {finished} of {planned} runs finished so far (`--resume` runs the others).", ""]
+
+
+def _chart(sweep: Sweep, rows: list[Row], handle: BinaryIO) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -130,7 +140,7 @@ def _chart(sweep: Sweep, rows: list[Row], path: Path) -> None:
     colours = ["tab:gray" if row.kind == "baseline" else "tab:blue" for row in shown]
     bars = axis.barh(range(len(shown)), means, xerr=errors if any(errors) else None, color=colours, capsize=3)
     for bar, row in zip(bars, shown, strict=True):
-        label = "failed" if row.mean is None else f"{row.mean:.3f}"
+        label = f"{row.mean:.3f}" if row.mean is not None else "failed" if row.runs else "not run yet"
         axis.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {label}", va="center", fontsize=8)
     axis.set_yticks(range(len(shown)), [row.title if row.kind == "pooling" else f"{row.name} (baseline)" for row in shown],
                     fontsize=8)
@@ -139,20 +149,26 @@ def _chart(sweep: Sweep, rows: list[Row], path: Path) -> None:
     axis.set_title(f"Pooling sweep: {metric} ({sweep.problem_type.replace('_', ' ')})", fontsize=10)
     axis.margins(x=0.15)
     figure.tight_layout()
-    figure.savefig(path)
+    figure.savefig(handle, format="png")
     plt.close(figure)
 
 
 def write_report(sweep: Sweep, folder: Path) -> dict[str, Path]:
-    """Write report.json, report.md and report.png into ``folder``; returns their paths."""
+    """Write report.json, report.md and report.png into ``folder``; returns their paths.
+
+    Each file is replaced atomically. report.json, which a resumed sweep reads its finished runs from, comes last:
+    an interruption between the files can leave it one run behind the others, never ahead of them.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     rows = summarise(sweep)
     paths = {"markdown": folder / "report.md", "json": folder / "report.json", "chart": folder / "report.png"}
     summary: list[dict[str, Any]] = [{**row.__dict__, "title": row.title} for row in rows]
     document = {**sweep.to_dict(), "summary": summary}
-    paths["json"].write_text(json.dumps(_json_safe(document), indent=2, allow_nan=False) + "\n")
-    paths["markdown"].write_text(_markdown(sweep, rows))
-    _chart(sweep, rows, paths["chart"])
+    markdown = _markdown(sweep, rows).encode()
+    write_atomically(paths["markdown"], lambda handle: handle.write(markdown))
+    write_atomically(paths["chart"], lambda handle: _chart(sweep, rows, handle))
+    text = (json.dumps(_json_safe(document), indent=2, allow_nan=False) + "\n").encode()
+    write_atomically(paths["json"], lambda handle: handle.write(text))
     return paths
 
 

@@ -21,6 +21,7 @@ similar length), which only make it faster. The ``mean`` row is therefore also t
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -60,6 +61,17 @@ def data_arguments(dataset: str, files: dict[str, Path]) -> list[str]:
             "--max_seq_length", str(MAX_SEQ_LENGTH[dataset]), "--train_sampling_strategy", "group_by_length"]
 
 
+def replace_old_report(report_dir: Path) -> None:
+    """A benchmark run regenerates its report: the old one (committed, so git keeps it) is removed first. Only a
+    folder holding nothing but a sweep's report files is removed; sweep.py refuses anything else."""
+    if not report_dir.is_dir():
+        return
+    names = {path.name for path in report_dir.iterdir()}
+    if names and names <= {"report.md", "report.json", "report.png", "runs"}:
+        print(f"Replacing the earlier report in {report_dir} (pass --resume to continue it instead).", flush=True)
+        shutil.rmtree(report_dir)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=list(MAX_SEQ_LENGTH), default="fortunes")
@@ -70,10 +82,15 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[42], help="training seeds (several give error bars)")
     parser.add_argument("--baselines", default="vanilla,logistic_regression", help="comma-separated, or 'none'")
     parser.add_argument("--report-dir", type=Path, help="default: bench/results/<dataset>")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted run of this benchmark (sweep.py --resume); without it, the "
+                        "report in --report-dir is replaced")
     parser.add_argument("train_args", nargs="*", help="extra train.py arguments for every run (after --)")
     args = parser.parse_args()
     poolings = ",".join(POOLERS) if args.poolings == "all" else args.poolings
     report_dir = args.report_dir or REPO / "bench" / "results" / args.dataset
+    if not args.resume:
+        replace_old_report(report_dir)
 
     with tempfile.TemporaryDirectory() as scratch:
         files = data_files(args.dataset, Path(scratch) / "data", args)
@@ -81,7 +98,7 @@ def main() -> int:
                  for split, path in files.items()}
         print(f"{args.dataset}: {sizes} rows (data seed {args.data_seed})", flush=True)
         return sweep_main(["--poolings", poolings, "--baselines", args.baselines, "--seeds", *map(str, args.seeds),
-                           "--report_dir", str(report_dir),
+                           "--report_dir", str(report_dir), *(["--resume"] if args.resume else []),
                            *data_arguments(args.dataset, files), *args.train_args])
 
 

@@ -396,8 +396,9 @@ def test_a_signalled_sweep_process_keeps_its_finished_run(
     if signal_name == "SIGINT":
         assert "Finished runs (1): mean seed 42." in signalled.stderr
         assert not (report_dir / "runs").exists()  # the interrupted run removed its folder
-    else:  # killed: the run's work folder stays, but the report does not count it
-        assert [path.name for path in (report_dir / "runs").iterdir()] == ["max-seed42.incomplete"]
+    else:  # killed: the run's work folder and stale lock stay, but the report does not count the run
+        names = sorted(path.name for path in (report_dir / "runs").iterdir())
+        assert names == ["max-seed42.incomplete", "max-seed42.lock"]
     assert runs_in(report(report_dir)) == [("mean", 42, "ok")]
     assert png_size(report_dir / "report.png")[0] > 100
     assert not list(report_dir.glob(".*.tmp"))

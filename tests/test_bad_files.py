@@ -1,6 +1,7 @@
 """Files that cannot be trained on as they are stop the run with one line naming the file, row (or line) and
 column; labels are never turned into something else (a list or a dict into a class name)."""
 
+import json
 import logging
 
 import pytest
@@ -247,3 +248,144 @@ def test_the_single_row_rule_counts_rows_per_class(caplog, values, warned):
     with caplog.at_level(logging.WARNING, logger="pooled_models"):
         Labels.from_training(values, feature, "train", "label")
     assert ("in a single training row" in caplog.text) == warned
+
+
+# ----------------------------------------------------------------------------------------------------
+# Files that cannot be read as they are
+# ----------------------------------------------------------------------------------------------------
+
+TOPICS_JSONL = "".join(f'{{"text": "{row["text"]}", "label": "{row["label"]}"}}\n' for row in topic_rows(12))
+
+
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("train.csv", ""),
+        ("train.jsonl", ""),
+        ("train.tsv", ""),
+        ("train.csv", "text,label\n"),
+        ("train.csv", "text,label\n\n\n"),
+        ("train.jsonl", "\n\n"),
+        ("train.json", "[]"),
+    ],
+)
+def test_a_file_without_rows_is_one_error(tiny_backbone_path, tmp_path, name, content):
+    data = write(tmp_path / name, content)
+    assert (
+        bad_run(tiny_backbone_path, tmp_path, "--train_file", str(data), "--do_train")
+        == f"{data} holds no rows."
+    )
+
+
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ('{"text": "a b", "label": "sport"} x', "line 4 is not valid JSON (Extra data at column 35)."),
+        ('{"text": "a b", "label": ', "line 4 is not valid JSON (Expecting value at column 26)."),
+        (
+            '["a b", "sport"]',
+            "line 4 is not a JSON object; each line of a JSON Lines file holds one row, "
+            '{"column": value, ...}.',
+        ),
+    ],
+)
+def test_a_malformed_json_line_is_named(tiny_backbone_path, tmp_path, line, problem):
+    lines = TOPICS_JSONL.splitlines()
+    lines[3] = line
+    data = write(tmp_path / "train.jsonl", "\n".join(lines) + "\n")
+    message = bad_run(tiny_backbone_path, tmp_path, "--train_file", str(data), "--do_train")
+    assert message == f"Cannot read {data}: {problem}"
+
+
+def test_a_malformed_json_document_gives_its_line_and_column(tiny_backbone_path, tmp_path):
+    data = write(tmp_path / "train.json", '[{"text": "a", "label": "x"},\n {"text": "b", "label": }]')
+    message = bad_run(tiny_backbone_path, tmp_path, "--train_file", str(data), "--do_train")
+    assert message == f"Cannot read {data}: it is not valid JSON (Expecting value at line 2, column 25)."
+
+
+@pytest.mark.parametrize("name", ["train.csv", "train.jsonl"])
+def test_a_latin1_file_is_named_with_its_line_and_a_fix(tiny_backbone_path, tmp_path, name):
+    # Arrow's csv reader says only "Invalid UTF8 sequence"; its json reader reads the file and fails on the text later.
+    rows = topic_rows(12)
+    rows[4]["text"] = "un café au lait"
+    data = tmp_path / name
+    if name.endswith(".csv"):
+        write_rows(data, rows)
+    else:
+        data.write_text(
+            "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        )  # no \u00e9 escapes
+    data.write_bytes(data.read_text(encoding="utf-8").encode("latin-1"))
+    line = 6 if name.endswith(".csv") else 5  # row 4; the csv has a header line
+    message = bad_run(tiny_backbone_path, tmp_path, "--train_file", str(data), "--do_train")
+    assert message == (
+        f"Cannot read {data}: it is not UTF-8 text (line {line} holds the byte 0xe9). Re-encode it, e.g. "
+        f"iconv -f latin1 -t utf-8 {data} > {data.with_name('train.utf8' + data.suffix)} for a Latin-1 file."
+    )
+
+
+def test_a_utf16_file_is_named_as_such(tiny_backbone_path, tmp_path):
+    data = write(tmp_path / "train.csv", "text,label\na,b\n".encode("utf-16"))
+    message = bad_run(tiny_backbone_path, tmp_path, "--train_file", str(data), "--do_train")
+    assert message == (
+        f"Cannot read {data}: it is UTF-16 text, not UTF-8. Re-encode it as UTF-8, e.g. "
+        f"iconv -f utf-16 -t utf-8 {data} > {tmp_path / 'train.utf8.csv'}"
+    )
+
+
+@pytest.mark.parametrize(
+    "name, header, twice, shown",
+    [
+        ("train.csv", "text,text,label", "text", "text, text, label"),
+        ("train.tsv", "text\tlabel\ttext", "text", "text, label, text"),
+        ("train.csv", '"label",text,label', "label", "label, text, label"),
+    ],
+)
+def test_a_column_named_twice_is_refused(tiny_backbone_path, tmp_path, name, header, twice, shown):
+    # pandas would read the second one as "text.1", and train.py the first: half the file silently ignored.
+    separator = "\t" if name.endswith(".tsv") else ","
+    data = write(
+        tmp_path / name, header + "\n" + "".join(f"a b{separator}c d{separator}sport\n" for _ in range(4))
+    )
+    message = bad_run(tiny_backbone_path, tmp_path, "--train_file", str(data), "--do_train")
+    assert message == (
+        f"Cannot read {data}: its header names the column {twice!r} twice ({shown}); give each column its own name."
+    )
+
+
+@pytest.mark.parametrize(
+    "name, separator, hint",
+    [
+        (
+            "train.csv",
+            "\t",
+            "The column 'text\\tlabel' looks like a tab-separated header: name the file .tsv.",
+        ),
+        (
+            "train.csv",
+            ";",
+            "The column 'text;label' looks like a semicolon-separated header: save it comma-separated as .csv "
+            "or tab-separated as .tsv.",
+        ),
+        (
+            "train.tsv",
+            ",",
+            "The column 'text,label' looks like a comma-separated header: name the file .csv.",
+        ),
+    ],
+)
+def test_a_file_split_by_another_separator_gets_a_hint(tiny_backbone_path, tmp_path, name, separator, hint):
+    rows = "".join(f"{row['text']}{separator}{row['label']}\n" for row in topic_rows(12))
+    data = write(tmp_path / name, f"text{separator}label\n" + rows)
+    message = bad_run(tiny_backbone_path, tmp_path, "--train_file", str(data), "--do_train")
+    assert message == f"train file {data} has no column 'text'. Its columns are: text{separator}label. {hint}"
+
+
+def test_a_tab_separated_csv_whose_texts_hold_commas_gets_the_hint_too(tiny_backbone_path, tmp_path):
+    # pandas fails on the rows whose comma count differs, before any column is looked for.
+    data = write(tmp_path / "train.csv", "text\tlabel\nhello, world\tsport\nbye\tfood\na, b, c\tmusic\n")
+    message = bad_run(tiny_backbone_path, tmp_path, "--train_file", str(data), "--do_train")
+    assert message.startswith(f"Cannot read {data} as csv: ParserError: ")
+    assert message.endswith(
+        " The column 'text\\tlabel' looks like a tab-separated header: name the file .tsv."
+    )

@@ -92,8 +92,16 @@ def test_a_training_split_with_one_class_is_refused(tiny_backbone_path, tmp_path
     "name, content, problem",
     [
         ("train.parquet", b"this is not parquet", "Cannot read {path} as parquet"),
-        ("train.json", b'{"text": "a", "label": ', "Cannot read {path} as json"),
-        ("train.csv", b"", "Cannot read {path} as csv"),
+        (
+            "train.json",
+            b'{"text": "a", "label": ',
+            "Cannot read {path}: line 1 is not valid JSON (Expecting value at column 24).",
+        ),
+        (
+            "train.csv",
+            b"text,label\na,b\nc,d,e\n",
+            "Cannot read {path} as csv: ParserError: Error tokenizing data. C error: Expected 2 fields in line 3, saw 3",
+        ),
         ("train.xlsx", b"", "Cannot read {path}: unknown file type '.xlsx'. Valid types: .csv, .tsv, .json, .jsonl, .parquet"),
     ],
 )

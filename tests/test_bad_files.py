@@ -389,3 +389,101 @@ def test_a_tab_separated_csv_whose_texts_hold_commas_gets_the_hint_too(tiny_back
     assert message.endswith(
         " The column 'text\\tlabel' looks like a tab-separated header: name the file .tsv."
     )
+
+
+# ----------------------------------------------------------------------------------------------------
+# The model card shows user text as it is
+# ----------------------------------------------------------------------------------------------------
+
+AWKWARD_LABELS = [
+    "a|b",
+    "x`y",
+    "two\nlines",
+]  # train.py refuses the last one; a config made by other code may not
+
+
+def card_text(tmp_path, repo_id="someone/awkward") -> str:
+    from backbones import tiny_backbone_config
+
+    from pooled_models import PooledConfig
+    from pooled_models.heads import LinearHead
+    from pooled_models.model_card import CardFacts, render_model_card
+
+    config = PooledConfig(
+        backbone_config=tiny_backbone_config("bert"),
+        pooling="mean",
+        num_labels=3,
+        id2label=dict(enumerate(AWKWARD_LABELS)),
+        problem_type="multi_label_classification",
+        decision_threshold=[0.3, 0.5, 0.7],
+    )
+    facts = CardFacts(
+        model_name="awkward",
+        repo_id=repo_id,
+        base_model="tiny",
+        base_model_on_hub=False,
+        config=config,
+        head_class=LinearHead,
+        data_description="From local files.",
+        dataset_name=None,
+        dataset_config=None,
+        data_format="json",
+        split_sources={},
+        splits=[{"name": "train", "rows": 10, "truncated": 0}],
+        max_seq_length=64,
+        training_settings={"seed": 3},
+    )
+    path = tmp_path / "README.md"
+    render_model_card(facts).save(path)
+    return path.read_text()
+
+
+def test_label_names_with_pipes_backticks_and_line_breaks_keep_the_card_whole(tmp_path):
+    text = card_text(tmp_path)
+    assert "3 labels (multi_label_classification): `a|b`, ``x`y``, `two\\nlines`." in text
+    table = (
+        "| Label | Threshold |\n|---|---|\n| `a\\|b` | 0.3 |\n| ``x`y`` | 0.5 |\n| `two\\nlines` | 0.7 |\n"
+    )
+    assert table in text
+
+
+def test_the_card_renders_the_label_names_as_they_are(tmp_path):
+    markdown_it = pytest.importorskip("markdown_it")  # installed with transformers (typer -> rich)
+
+    html = markdown_it.MarkdownIt("commonmark").enable("table").render(card_text(tmp_path))
+    labels = "<code>a|b</code>, <code>x`y</code>, <code>two\\nlines</code>."
+    assert labels in html
+    cells = "".join(
+        f"<tr>\n<td><code>{name}</code></td>\n<td>{threshold}</td>\n</tr>\n"
+        for name, threshold in [("a|b", 0.3), ("x`y", 0.5), ("two\\nlines", 0.7)]
+    )
+    assert f"<tbody>\n{cells}</tbody>" in html
+
+
+@pytest.mark.parametrize(
+    "text, table, span",
+    [
+        ("plain", False, "`plain`"),
+        ("``double``", False, "``` ``double`` ```"),
+        (" padded ", False, "`  padded  `"),
+        ("a|b", False, "`a|b`"),
+        ("a|b", True, "`a\\|b`"),
+        ("cr\r\nlf", True, "`cr\\r\\nlf`"),
+        (3.0, True, "`3.0`"),
+    ],
+)
+def test_code_spans(text, table, span):
+    from pooled_models.model_card import code_span
+
+    assert code_span(text, table=table) == span
+
+
+def test_the_card_code_is_valid_python_for_a_windows_path(tmp_path):
+    import re
+
+    text = card_text(tmp_path, repo_id="C:\\Users\\me\\awkward")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    assert len(blocks) == 2
+    for block in blocks:
+        compile(block, "card", "exec")  # "C:\Users" unescaped is a SyntaxError (\U starts an escape)
+    assert 'model="C:\\\\Users\\\\me\\\\awkward"' in text

@@ -261,12 +261,21 @@ def check_texts(split: Split, column: str) -> None:
     """Every row of ``column`` holds non-empty text."""
     feature = split.dataset.features[column]
     if not (isinstance(feature, Value) and feature.dtype in ("string", "large_string")):
-        raise DataError(f"{where(split.source, column)} holds {_describe(feature)} values, not text.")
+        raise DataError(_not_text(split.source, column, feature, split.dataset[column]))
     for row, text in enumerate(split.dataset[column]):
         if text is None:
             raise DataError(f"{where(split.source, column, row)}: the text is missing (null).")
         if not text.strip():
             raise DataError(f"{where(split.source, column, row)}: the text is empty.")
+
+
+def _not_text(source: str, column: str, feature, texts) -> str:
+    # A jsonl column mixing text with numbers or lists (typed Json) is named by its first row that is not text.
+    if any(isinstance(text, str) for text in texts):
+        for row, text in enumerate(texts):
+            if text is not None and not isinstance(text, str):
+                return f"{where(source, column, row)} holds {text!r}, not text."
+    return f"{where(source, column)} holds {_describe(feature)} values, not text."
 
 
 def _describe(feature) -> str:

@@ -391,6 +391,13 @@ def test_a_tab_separated_csv_whose_texts_hold_commas_gets_the_hint_too(tiny_back
     )
 
 
+def test_a_number_among_texts_is_named_by_its_row(tiny_backbone_path, tmp_path):
+    message, data = refused(
+        tiny_backbone_path, tmp_path, "train.jsonl", [*topic_rows(5), {"text": 42, "label": "food"}]
+    )
+    assert message == f"train file {data}, column 'text', row 5 holds 42, not text."
+
+
 # ----------------------------------------------------------------------------------------------------
 # The model card shows user text as it is
 # ----------------------------------------------------------------------------------------------------

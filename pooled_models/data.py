@@ -2,10 +2,18 @@
 
 Every check runs before a model is built or a folder is written, and every error names the file (or Hub
 split), the column and the row (rows count from 0, header excluded, as ``datasets`` and pandas count them).
+Problems with a file's text itself (not UTF-8, a line that is not JSON) name the line instead, counting from 1
+as editors do, since such a line may be no row at all.
+
+Nothing is written while reading and checking, except by ``datasets`` itself: ``load_dataset`` converts every
+file it reads to Arrow in its cache (``~/.cache/huggingface/datasets``, or ``--cache_dir``), even a file that
+is then refused.
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +55,27 @@ class Split:
         if missing:
             raise DataError(
                 f"{self.source} has no column {missing[0]!r}. Its columns are: {', '.join(self.dataset.column_names)}."
+                + _separator_hint(self.dataset.column_names, missing[0])
             )
+
+
+# separator, its name, what to do when a file's header looks split by it instead of the one its suffix says
+SEPARATORS = (
+    ("\t", "tab", "name the file .tsv."),
+    (";", "semicolon", "save it comma-separated as .csv or tab-separated as .tsv."),
+    (",", "comma", "name the file .csv."),
+)
+
+
+def _separator_hint(columns: list[str], wanted: str | None = None) -> str:
+    """A hint for a file read with the wrong separator, or "": a tab-separated file named .csv has one column,
+    'text\tlabel'. A column name qualifies when it holds a separator and, if given, ``wanted`` between two."""
+    for name in columns:
+        for separator, kind, advice in SEPARATORS:
+            parts = [part.strip() for part in name.split(separator)]
+            if len(parts) > 1 and (wanted is None or wanted in parts):
+                return f" The column {name!r} looks like a {kind}-separated header: {advice}"
+    return ""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -76,13 +104,123 @@ def _read_file(path: Path, cache_dir: str | None) -> Dataset:
     if not path.is_file():
         raise DataError(f"Cannot read {path}: no such file.")
     builder, options = FILE_FORMATS[path.suffix.lower()]
+    if builder != "parquet":
+        _check_text_file(path, builder, options)
     try:
         dataset = load_dataset(builder, data_files={"data": str(path)}, split="data", cache_dir=cache_dir, **options)
     except Exception as error:  # the builders raise many types; all mean the same thing to the user
-        raise DataError(f"Cannot read {path} as {path.suffix.lstrip('.')}: {_root_cause(error)}") from error
+        raise _read_error(path, builder, options, error) from error
     if len(dataset) == 0:
         raise DataError(f"{path} holds no rows.")
     return dataset
+
+
+def _check_text_file(path: Path, builder: str, options: dict[str, Any]) -> None:
+    """What datasets would report badly, or not at all, about a csv/tsv/json/jsonl file, checked before it reads it."""
+    _check_utf8(path)
+    if not _has_rows(path, header=builder == "csv"):
+        raise DataError(f"{path} holds no rows.")  # datasets and pandas give three different errors for this
+    if builder == "csv":
+        _check_unique_columns(path, options.get("sep", ","))
+
+
+def _check_utf8(path: Path) -> None:
+    # Arrow's csv reader reports only "Invalid UTF8 sequence", and its json reader accepts such a file and fails
+    # later, when the text is read. Decoding line by line is exact: b"\n" never occurs inside a UTF-8 sequence.
+    utf8_copy = path.with_name(f"{path.stem}.utf8{path.suffix}")
+    with open(path, "rb") as handle:
+        if handle.read(2) in (b"\xff\xfe", b"\xfe\xff"):
+            raise DataError(
+                f"Cannot read {path}: it is UTF-16 text, not UTF-8. Re-encode it as UTF-8, e.g. "
+                f"iconv -f utf-16 -t utf-8 {path} > {utf8_copy}"
+            )
+        handle.seek(0)
+        for number, line in enumerate(handle, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(
+                    f"Cannot read {path}: it is not UTF-8 text (line {number} holds the byte 0x{line[error.start]:02x}). "
+                    f"Re-encode it, e.g. iconv -f latin1 -t utf-8 {path} > {utf8_copy} for a Latin-1 file."
+                ) from None
+
+
+def _has_rows(path: Path, header: bool) -> bool:
+    """Whether the file has a non-blank line (after the header line, if it has one)."""
+    with open(path, "rb") as handle:
+        lines = (line for line in handle if line.strip())
+        if header:
+            next(lines, None)
+        return next(lines, None) is not None
+
+
+def _header(path: Path, separator: str) -> list[str]:
+    # utf-8-sig: a byte-order mark is no part of the first name
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        return next(csv.reader(handle, delimiter=separator), [])
+
+
+def _check_unique_columns(path: Path, separator: str) -> None:
+    # pandas renames a second "text" column "text.1", so the first one is read and the second silently ignored.
+    seen: set[str] = set()
+    header = _header(path, separator)
+    for name in header:
+        if name and name in seen:  # pandas names empty ones "Unnamed: 0", "Unnamed: 1": nothing is lost
+            raise DataError(
+                f"Cannot read {path}: its header names the column {name!r} twice ({', '.join(header)}); give each "
+                "column its own name."
+            )
+        seen.add(name)
+
+
+def _read_error(path: Path, builder: str, options: dict[str, Any], error: Exception) -> DataError:
+    """The DataError for a file datasets could not read: the JSON line at fault, or datasets' own reason."""
+    if builder == "json":
+        problem = _json_problem(path)
+        if problem is not None:
+            return problem
+    message = f"Cannot read {path} as {path.suffix.lstrip('.')}: {_root_cause(error)}"
+    if builder == "csv":
+        header = _header(path, options.get("sep", ","))
+        message += _separator_hint(header) if len(header) == 1 else ""
+    return DataError(message)
+
+
+def _json_problem(path: Path) -> DataError | None:
+    """What is wrong with a JSON (one list of rows) or JSON Lines (one row a line) file, or None if its syntax is fine.
+
+    pandas and Arrow report a position in the file ("Trailing data at position 104"); the json module finds the line."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        if text.lstrip().startswith("["):  # one document: its error's line is the one at fault
+            return DataError(
+                f"Cannot read {path}: it is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})."
+            )
+    else:
+        if document == []:
+            return DataError(f"{path} holds no rows.")
+        return None
+    return _json_lines_problem(path, text)
+
+
+def _json_lines_problem(path: Path, text: str) -> DataError | None:
+    for number, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            return DataError(
+                f"Cannot read {path}: line {number} is not valid JSON ({error.msg} at column {error.colno})."
+            )
+        if not isinstance(row, dict):
+            return DataError(
+                f"Cannot read {path}: line {number} is not a JSON object; each line of a JSON Lines file holds one "
+                'row, {"column": value, ...}.'
+            )
+    return None
 
 
 def _root_cause(error: BaseException) -> str:
@@ -123,12 +261,21 @@ def check_texts(split: Split, column: str) -> None:
     """Every row of ``column`` holds non-empty text."""
     feature = split.dataset.features[column]
     if not (isinstance(feature, Value) and feature.dtype in ("string", "large_string")):
-        raise DataError(f"{where(split.source, column)} holds {_describe(feature)} values, not text.")
+        raise DataError(_not_text(split.source, column, feature, split.dataset[column]))
     for row, text in enumerate(split.dataset[column]):
         if text is None:
             raise DataError(f"{where(split.source, column, row)}: the text is missing (null).")
         if not text.strip():
             raise DataError(f"{where(split.source, column, row)}: the text is empty.")
+
+
+def _not_text(source: str, column: str, feature, texts) -> str:
+    # A jsonl column mixing text with numbers or lists (typed Json) is named by its first row that is not text.
+    if any(isinstance(text, str) for text in texts):
+        for row, text in enumerate(texts):
+            if text is not None and not isinstance(text, str):
+                return f"{where(source, column, row)} holds {text!r}, not text."
+    return f"{where(source, column)} holds {_describe(feature)} values, not text."
 
 
 def _describe(feature) -> str:
@@ -170,7 +317,10 @@ def prepare_splits(
     data_args, roles: list[str], saved_labels: Labels | None = None, cache_dir: str | None = None
 ) -> tuple[dict[str, Split], Labels]:
     """The ``roles`` splits, checked and labelled, and the label space: from the training split, or ``saved_labels``
-    (a trained model's) when not training. A test split without labels is kept for prediction."""
+    (a trained model's) when not training. A test split without labels is kept for prediction.
+
+    Writes nothing but ``datasets``' own cache (``~/.cache/huggingface/datasets``, or ``cache_dir``), where
+    ``load_dataset`` converts each file to Arrow before any check can refuse it."""
     splits = load_splits(data_args, roles, cache_dir)
     limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
               "test": data_args.max_predict_samples}

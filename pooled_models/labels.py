@@ -9,11 +9,20 @@ Problem types, from the label column's type (``problem_type`` overrides):
 * strings, integers, booleans or a ``ClassLabel``: single-label classification, one class per row;
 * lists (of names, integers or a ``ClassLabel``), or strings split by ``label_separator``: multi-label;
 * floats: regression (one number per row).
+
+A label column holds one kind of value, and lists and dicts are never turned into text: a column mixing kinds (a
+list among strings, ``0`` among ``"account"``), a dict (a struct in parquet), or a list holding lists, dicts or floats
+is refused, naming the first row at fault. Two things are only warned about, since they can be meant: floats that
+are all whole numbers (kept as regression), and a label space where more than half the classes occur in a single
+training row (a wrong ``label_column``, such as an id, looks like that).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import reprlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +31,9 @@ from datasets import ClassLabel, LargeList, List, Value
 
 from .arguments import UsageError
 
-__all__ = ["DataError", "Labels", "detect_problem_type", "where"]
+__all__ = ["DataError", "Labels", "check_label_kinds", "detect_problem_type", "where"]
+
+logger = logging.getLogger(__name__)
 
 MISSING = object()  # a null label, or -1 in a ClassLabel column (the datasets convention for "unknown")
 
@@ -34,6 +45,80 @@ class DataError(UsageError):
 def where(source: str, column: str, row: int | None = None) -> str:
     location = f"{source}, column {column!r}"
     return location if row is None else f"{location}, row {row}"
+
+
+SUPPORTED_LABELS = (
+    "class names (text, integers or booleans), lists of class names (multi-label) or numbers (regression)"
+)
+
+
+KINDS = ((int, "an integer"), (float, "a float"), (str, "text"), ((list, tuple), "a list"), (dict, "a dict"))
+
+
+def _kind(value) -> str | None:
+    """What a label value is, in words; None for a missing label (null), which is no kind."""
+    if value is None:
+        return None
+    if isinstance(value, bool):  # before int: True is an int to Python
+        return "a boolean"
+    for types, kind in KINDS:
+        if isinstance(value, types):
+            return kind
+    return type(value).__name__
+
+
+def _shown(value) -> str:
+    return reprlib.repr(value)  # shortened, so a long list or text keeps the message on one line
+
+
+def check_label_kinds(values: Sequence[Any], source: str, column: str) -> None:
+    """Refuse a label column that does not hold one kind of label, naming the first row at fault.
+
+    jsonl gives a column mixing lists and strings (or ints and strings) the ``Json`` type, whose values are plain
+    Python objects; turning them into class names would make ``['account']`` a class and ``0`` the same class as
+    ``"0"``. Dicts (jsonl objects, parquet structs) are never a label. Typed columns pass by construction."""
+    first: tuple[int, str, Any] | None = None  # (row, kind, value) of the first labelled row
+    first_item: tuple[int, str, Any] | None = None  # the same for the first item of a list
+    for row, value in enumerate(values):
+        kind = _kind(value)
+        if kind is None:
+            continue  # a missing label: reported (or allowed) by the problem type's own checks
+        if kind == "a dict":
+            raise DataError(
+                f"{where(source, column, row)} holds a dict ({_shown(value)}); labels are {SUPPORTED_LABELS}. "
+                "Put the field that holds the label in a column of its own and name it with --label_column."
+            )
+        if first is None:
+            first = (row, kind, value)
+        elif kind != first[1]:
+            raise DataError(
+                f"{where(source, column, row)} holds {kind} ({_shown(value)}), but row {first[0]} holds {first[1]} "
+                f"({_shown(first[2])}). A label column holds one kind of label: {SUPPORTED_LABELS}."
+            )
+        if kind == "a list":
+            first_item = _check_list_items(value, first_item, source, column, row)
+
+
+def _check_list_items(items, first_item, source: str, column: str, row: int):
+    """The items of one multi-label row: class names, of the kind the column's first item has. Returns that first item."""
+    for item in items:
+        kind = _kind(item)
+        if kind is None:
+            continue  # a null label in a list: reported by _names_of
+        if kind not in ("text", "an integer", "a boolean"):
+            raise DataError(
+                f"{where(source, column, row)} lists {kind} ({_shown(item)}) among its labels; multi-label rows list "
+                "class names: text, integers or booleans."
+            )
+        if first_item is None:
+            first_item = (row, kind, item)
+        elif kind != first_item[1]:
+            raise DataError(
+                f"{where(source, column, row)} lists {kind} ({_shown(item)}), but row {first_item[0]} lists "
+                f"{first_item[1]} ({_shown(first_item[2])}). The labels of a column are class names of one kind: "
+                "text, integers or booleans."
+            )
+    return first_item
 
 
 def _item_feature(feature):
@@ -98,8 +183,13 @@ class Labels:
         cls, values: Sequence[Any], feature, source: str, column: str, problem_type: str = "auto",
         separator: str | None = None,
     ) -> Labels:
-        """The label space of the training split's label column, checked: every row labelled, two classes or more."""
-        if problem_type == "auto":
+        """The label space of the training split's label column, checked: one kind of label, every row labelled,
+        two classes or more. Warns (see the module's docstring) about whole-number floats taken for regression and
+        about classes that mostly occur in a single row."""
+        values = list(values)
+        check_label_kinds(values, source, column)
+        detected = problem_type == "auto"
+        if detected:
             problem_type = detect_problem_type(feature, separator)
         labels = cls(problem_type=problem_type, names=[], feature=feature, separator=separator)
         if problem_type == "multi_label_classification" and _item_feature(feature) is None and separator is None:
@@ -108,23 +198,27 @@ class Labels:
                 "list of labels per row (json/jsonl/parquet) or a label_separator to split strings (e.g. '|')."
             )
         if problem_type == "regression":
-            for row, value in enumerate(values):
-                labels._regression_target(value, source, column, row)
+            targets = [
+                labels._regression_target(value, source, column, row) for row, value in enumerate(values)
+            ]
+            if detected:
+                _warn_if_whole_numbers(targets, source, column)
             return labels
-        seen: set[str] = set()
+        rows_per_class: Counter[str] = Counter()
         for row, value in enumerate(values):
-            seen.update(labels._names_of(value, source, column, row))
+            rows_per_class.update(set(labels._names_of(value, source, column, row)))
         item_feature = _item_feature(feature) or feature
         if isinstance(item_feature, ClassLabel):
             labels.names = list(item_feature.names)  # the dataset's own id order
         else:
-            labels.names = sorted(seen, key=_numeric_first)
-        if len(seen) < 2:
-            found = f"only {next(iter(seen))!r}" if seen else "no label at all"
+            labels.names = sorted(rows_per_class, key=_numeric_first)
+        if len(rows_per_class) < 2:
+            found = f"only {next(iter(rows_per_class))!r}" if rows_per_class else "no label at all"
             raise DataError(
                 f"{where(source, column)}: the training split has {found}; a classifier needs at least two classes. "
                 "For a numeric target use --problem_type regression."
             )
+        _warn_if_classes_are_single_rows(rows_per_class, source, column)
         return labels
 
     @classmethod
@@ -142,6 +236,8 @@ class Labels:
     ) -> tuple[list[Any], list[int]]:
         """``(targets, kept_rows)``: the model's target for every row (rows with unseen labels left out when
         ``skip_unseen``, else they raise a ``DataError``)."""
+        values = list(values)
+        check_label_kinds(values, source, column)
         self._check_compatible(feature, source, column)
         targets, kept = [], []
         label2id = self.label2id
@@ -185,12 +281,12 @@ class Labels:
         feature = self.feature if feature is MISSING else feature
         item_feature = _item_feature(feature)
         if self.problem_type == "single_label_classification":
-            if item_feature is not None:
+            if item_feature is not None or isinstance(value, (list, tuple)):  # never a class named "['a']"
                 raise DataError(f"{where(source, column, row)} holds a list, but the labels are single-label classes.")
             name = _name(value, feature)
             if name is MISSING:
                 raise DataError(f"{where(source, column, row)}: the label is missing (empty, null or NaN).")
-            return [name]
+            return _on_one_line([name], source, column, row)
         if value is None:
             raise DataError(f"{where(source, column, row)}: the label is missing (null); give an empty list for none.")
         if item_feature is None:
@@ -205,7 +301,7 @@ class Labels:
         names = [_name(item, item_feature) for item in items]
         if any(name is MISSING for name in names):
             raise DataError(f"{where(source, column, row)}: the list of labels {value!r} holds an empty or null label.")
-        return names
+        return _on_one_line(names, source, column, row)
 
     def _regression_target(self, value, source: str, column: str, row: int, feature=None) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -217,6 +313,49 @@ class Labels:
                 f"{where(source, column, row)}: the regression target is {value}; targets must be finite numbers."
             )
         return float(value)
+
+
+def _on_one_line(names: list[str], source: str, column: str, row: int) -> list[str]:
+    """Refuse label names holding a line break, rather than train on them.
+
+    In a csv such a label is nearly always a quote left open, which swallows the rows that follow into one field, so
+    it is mangled data to stop on. A real class name never needs one, and refusing it here also keeps the names
+    safe on the lines they are shown on: log lines, predictions read line by line, the model card's tables."""
+    for name in names:
+        if name.splitlines() != [name]:  # any line break: \n, \r, and Unicode's others
+            raise DataError(
+                f"{where(source, column, row)}: the label {_shown(name)} holds a line break; a label is a name on "
+                "one line. In a csv file this usually means a quote left open, which swallows the rows after it."
+            )
+    return names
+
+
+def _warn_if_whole_numbers(targets: list[float], source: str, column: str) -> None:
+    # Class ids written as 1.0, 2.0 (by pandas, or a float column with a gap) look like a regression target; the type
+    # decides, as documented, but the user hears about it.
+    if all(target.is_integer() for target in targets):
+        distinct = sorted(set(targets))
+        shown = ", ".join(map(str, distinct[:5])) + (", ..." if len(distinct) > 5 else "")
+        logger.warning(
+            "%s: every label is a whole number stored as a float (%s), so the model is trained for regression. If "
+            "the labels are classes, pass --problem_type single_label_classification.",
+            where(source, column),
+            shown,
+        )
+
+
+def _warn_if_classes_are_single_rows(rows_per_class: Counter[str], source: str, column: str) -> None:
+    # The rule: more than half the classes seen in training occur in a single training row. A class seen once can
+    # hardly be learned, and a label space like that (5000 classes, one row each) is most often the wrong column.
+    single = sum(1 for count in rows_per_class.values() if count == 1)
+    if 2 * single > len(rows_per_class):
+        logger.warning(
+            "%s: %d of %d classes occur in a single training row; a class seen once can hardly be learned. Check "
+            "that this is the label column (--label_column), or gather more rows per class.",
+            where(source, column),
+            single,
+            len(rows_per_class),
+        )
 
 
 def _numeric_first(name: str):

@@ -5,7 +5,9 @@ what the pooling does, the training settings, the evaluation table and code to l
 from __future__ import annotations
 
 import inspect
+import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from .losses import MULTI_LABEL_LOSSES
 from .pooling import get_pooler_class
 from .thresholds import DEFAULT_THRESHOLD
 
-__all__ = ["TEMPLATES_DIR", "DEFAULT_TEMPLATE", "METRIC_IDS", "CardFacts", "render_model_card"]
+__all__ = ["TEMPLATES_DIR", "DEFAULT_TEMPLATE", "METRIC_IDS", "CardFacts", "code_span", "render_model_card"]
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "model_cards"
 DEFAULT_TEMPLATE = TEMPLATES_DIR / "pooled_classifier.md"
@@ -63,6 +65,26 @@ class CardFacts:
     threshold_origin: str | None = None
     pos_weight_origin: str | None = None
     threshold_comparison: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+LINE_BREAK = re.compile(r"\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")  # what str.splitlines() splits on
+BACKTICKS = re.compile(r"`+")
+
+
+def code_span(text: Any, table: bool = False) -> str:
+    """``text`` as a Markdown code span that shows it as it is, for user text in the card (label names, settings).
+
+    A backtick would end a span opened with one, so the span is fenced by one backtick more than the longest run
+    inside, padded with spaces when the text starts or ends with a backtick or a space (CommonMark strips one space
+    from each side). Line breaks, which would end a table row or start a new block, are shown escaped (``\\n``);
+    train.py refuses labels holding them, but a config written by other code may have one. In a table cell (``table``)
+    a ``|`` is escaped as ``\\|``, which GitHub-flavoured Markdown reads as a pipe even inside a code span."""
+    text = LINE_BREAK.sub(lambda match: repr(match.group())[1:-1], str(text))
+    if table:
+        text = text.replace("|", "\\|")
+    fence = "`" * (1 + max((len(run) for run in BACKTICKS.findall(text)), default=0))
+    padding = " " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else ""
+    return f"{fence}{padding}{text}{padding}{fence}"
 
 
 def _summary(cls: type) -> str:
@@ -182,6 +204,8 @@ def render_model_card(facts: CardFacts, template_path: str | Path = DEFAULT_TEMP
         evaluation={split: {m: _rounded(v) for m, v in values.items()} for split, values in facts.evaluation.items()},
         evaluation_metrics=metrics,
         repo_id=facts.repo_id,
+        repo_id_literal=json.dumps(facts.repo_id, ensure_ascii=False),  # a Python string: "C:\\Users" too
         example_text_literal=repr(facts.example_text),
+        code=code_span,  # the template's user text (label names, settings) goes through code(text, table=...)
         decisions=_decisions(facts),
     )

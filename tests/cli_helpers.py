@@ -84,3 +84,16 @@ def train(backbone: str, output_dir: Path, *flags: str, callbacks=()):
 def leftovers(output_dir: Path) -> list[Path]:
     """Whatever a run left at or next to output_dir."""
     return sorted(output_dir.parent.glob(output_dir.name + "*"))
+
+
+def bad_run(backbone: str, tmp_path: Path, *flags: str) -> str:
+    """Run train.py expecting a DataError; returns its message after checking nothing was written."""
+    import pytest
+
+    from pooled_models.labels import DataError
+
+    output_dir = tmp_path / "out"
+    with pytest.raises(DataError) as error:
+        train(backbone, output_dir, *flags)
+    assert leftovers(output_dir) == []
+    return str(error.value)

@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 import pytest
-from cli_helpers import leftovers, multi_label_rows, pair_regression_rows, topic_rows, train, write_rows
+from cli_helpers import bad_run, multi_label_rows, pair_regression_rows, topic_rows, train, write_rows
 from datasets import ClassLabel, Features, List, Value
 
 from pooled_models.labels import DataError, Labels, detect_problem_type
@@ -13,15 +13,6 @@ from pooled_models.labels import DataError, Labels, detect_problem_type
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def bad_run(backbone, tmp_path, *flags):
-    """Run train.py expecting a DataError; returns its message after checking nothing was written."""
-    output_dir = tmp_path / "out"
-    with pytest.raises(DataError) as error:
-        train(backbone, output_dir, *flags)
-    assert leftovers(output_dir) == []
-    return str(error.value)
 
 
 def with_row(rows, index, **changes):
@@ -101,8 +92,16 @@ def test_a_training_split_with_one_class_is_refused(tiny_backbone_path, tmp_path
     "name, content, problem",
     [
         ("train.parquet", b"this is not parquet", "Cannot read {path} as parquet"),
-        ("train.json", b'{"text": "a", "label": ', "Cannot read {path} as json"),
-        ("train.csv", b"", "Cannot read {path} as csv"),
+        (
+            "train.json",
+            b'{"text": "a", "label": ',
+            "Cannot read {path}: line 1 is not valid JSON (Expecting value at column 24).",
+        ),
+        (
+            "train.csv",
+            b"text,label\na,b\nc,d,e\n",
+            "Cannot read {path} as csv: ParserError: Error tokenizing data. C error: Expected 2 fields in line 3, saw 3",
+        ),
         ("train.xlsx", b"", "Cannot read {path}: unknown file type '.xlsx'. Valid types: .csv, .tsv, .json, .jsonl, .parquet"),
     ],
 )

@@ -11,7 +11,7 @@ from typing import Any
 
 from .data import Split, text_columns
 from .labels import Labels
-from .model_card import METRIC_IDS, CardFacts, render_model_card
+from .model_card import METRIC_IDS, CardFacts, code_span, render_model_card
 from .threshold_tuning import ThresholdPlan, at_default_name
 from .thresholds import predict_label_sets
 from .training import probabilities
@@ -113,18 +113,20 @@ def write_model_card(
 
 
 def _data_description(data_args, splits: dict[str, Split]) -> str:
+    # File and column names are the user's text: shown as code spans that no pipe or backtick in them can break.
     if data_args.dataset_name:
         name = data_args.dataset_name
-        config = f" (configuration `{data_args.dataset_config_name}`)" if data_args.dataset_config_name else ""
-        where = f"the Hub dataset [`{name}`](https://huggingface.co/datasets/{name})" if _on_hub(name) else f"the dataset `{name}`"
+        config = f" (configuration {code_span(data_args.dataset_config_name)})" if data_args.dataset_config_name else ""
+        where = (f"the Hub dataset [{code_span(name)}](https://huggingface.co/datasets/{name})" if _on_hub(name)
+                 else f"the dataset {code_span(name)}")
         source = where + config
     else:
         files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
-        source = "local files: " + ", ".join(f"`{Path(files[name]).name}` ({name})" for name in splits)
-    columns = f"text column `{data_args.text_column}`"
+        source = "local files: " + ", ".join(f"{code_span(Path(files[name]).name)} ({name})" for name in splits)
+    columns = f"text column {code_span(data_args.text_column)}"
     if data_args.text_pair_column:
-        columns += f" paired with `{data_args.text_pair_column}`"
-    return f"From {source}; {columns}, labels from `{data_args.label_column}`."
+        columns += f" paired with {code_span(data_args.text_pair_column)}"
+    return f"From {source}; {columns}, labels from {code_span(data_args.label_column)}."
 
 
 def _on_hub(name: str | None) -> bool:

@@ -5,7 +5,7 @@ import json
 import logging
 
 import pytest
-from cli_helpers import bad_run, multi_label_rows, topic_rows, write_rows
+from cli_helpers import bad_run, multi_label_rows, topic_rows, train, write_rows
 from datasets import List, Value
 
 from pooled_models.labels import DataError, Labels
@@ -494,3 +494,17 @@ def test_the_card_code_is_valid_python_for_a_windows_path(tmp_path):
     for block in blocks:
         compile(block, "card", "exec")  # "C:\Users" unescaped is a SyntaxError (\U starts an escape)
     assert 'model="C:\\\\Users\\\\me\\\\awkward"' in text
+
+
+def test_file_and_column_names_in_the_card_are_code_spans_that_hold(tiny_backbone_path, tmp_path):
+    from pooled_models.model_card import code_span
+
+    rows = [{"the `text`": row["text"], "lab|el": row["label"]} for row in topic_rows(12)]
+    data = write_rows(tmp_path / "odd`name|.csv", rows)
+    result = train(tiny_backbone_path, tmp_path / "out", "--train_file", str(data), "--do_train", "--num_train_epochs",
+                   "1", "--text_column", "the `text`", "--label_column", "lab|el")
+    card = (result.output_dir / "README.md").read_text()
+    expected = (f"From local files: {code_span('odd`name|.csv')} (train); text column {code_span('the `text`')}, "
+                f"labels from {code_span('lab|el')}.")
+    assert expected in card
+    assert "``odd`name|.csv``" in expected and "`` the `text` ``" in expected  # fenced past the backticks inside

@@ -55,10 +55,26 @@ def data_files(dataset: str, folder: Path, args: argparse.Namespace) -> dict[str
 
 def data_arguments(dataset: str, files: dict[str, Path]) -> list[str]:
     """train.py's data and speed arguments for the benchmark's splits."""
-    return ["--model_name_or_path", BACKBONE, "--train_file", str(files["train"]),
-            "--validation_file", str(files["validation"]), "--test_file", str(files["test"]),
-            "--label_column", LABEL_COLUMN[dataset], "--do_eval", "--do_predict", "--disable_tqdm", "true",
-            "--max_seq_length", str(MAX_SEQ_LENGTH[dataset]), "--train_sampling_strategy", "group_by_length"]
+    return [
+        "--model_name_or_path",
+        BACKBONE,
+        "--train_file",
+        str(files["train"]),
+        "--validation_file",
+        str(files["validation"]),
+        "--test_file",
+        str(files["test"]),
+        "--label_column",
+        LABEL_COLUMN[dataset],
+        "--do_eval",
+        "--do_predict",
+        "--disable_tqdm",
+        "true",
+        "--max_seq_length",
+        str(MAX_SEQ_LENGTH[dataset]),
+        "--train_sampling_strategy",
+        "group_by_length",
+    ]
 
 
 def replace_old_report(report_dir: Path) -> None:
@@ -68,23 +84,37 @@ def replace_old_report(report_dir: Path) -> None:
         return
     names = {path.name for path in report_dir.iterdir()}
     if names and names <= {"report.md", "report.json", "report.png", "runs"}:
-        print(f"Replacing the earlier report in {report_dir} (pass --resume to continue it instead).", flush=True)
+        print(
+            f"Replacing the earlier report in {report_dir} (pass --resume to continue it instead).",
+            flush=True,
+        )
         shutil.rmtree(report_dir)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dataset", choices=list(MAX_SEQ_LENGTH), default="fortunes")
-    parser.add_argument("--per-class", type=int, default=60, help="fortunes: quotations per topic (default 60)")
+    parser.add_argument(
+        "--per-class", type=int, default=60, help="fortunes: quotations per topic (default 60)"
+    )
     parser.add_argument("--max-rows", type=int, default=5000, help="debtags: packages (default 5000)")
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the subsample and the split")
     parser.add_argument("--poolings", default=",".join(DEFAULT_POOLINGS), help="comma-separated, or 'all'")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[42], help="training seeds (several give error bars)")
-    parser.add_argument("--baselines", default="vanilla,logistic_regression", help="comma-separated, or 'none'")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[42], help="training seeds (several give error bars)"
+    )
+    parser.add_argument(
+        "--baselines", default="vanilla,logistic_regression", help="comma-separated, or 'none'"
+    )
     parser.add_argument("--report-dir", type=Path, help="default: bench/results/<dataset>")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue an interrupted run of this benchmark (sweep.py --resume); without it, the "
-                        "report in --report-dir is replaced")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run of this benchmark (sweep.py --resume); without it, the "
+        "report in --report-dir is replaced",
+    )
     parser.add_argument("train_args", nargs="*", help="extra train.py arguments for every run (after --)")
     args = parser.parse_args()
     poolings = ",".join(POOLERS) if args.poolings == "all" else args.poolings
@@ -94,12 +124,26 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as scratch:
         files = data_files(args.dataset, Path(scratch) / "data", args)
-        sizes = {split: len(path.read_text(encoding="utf-8").splitlines()) - (path.suffix == ".csv")
-                 for split, path in files.items()}
+        sizes = {
+            split: len(path.read_text(encoding="utf-8").splitlines()) - (path.suffix == ".csv")
+            for split, path in files.items()
+        }
         print(f"{args.dataset}: {sizes} rows (data seed {args.data_seed})", flush=True)
-        return sweep_main(["--poolings", poolings, "--baselines", args.baselines, "--seeds", *map(str, args.seeds),
-                           "--report_dir", str(report_dir), *(["--resume"] if args.resume else []),
-                           *data_arguments(args.dataset, files), *args.train_args])
+        return sweep_main(
+            [
+                "--poolings",
+                poolings,
+                "--baselines",
+                args.baselines,
+                "--seeds",
+                *map(str, args.seeds),
+                "--report_dir",
+                str(report_dir),
+                *(["--resume"] if args.resume else []),
+                *data_arguments(args.dataset, files),
+                *args.train_args,
+            ]
+        )
 
 
 if __name__ == "__main__":

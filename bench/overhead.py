@@ -104,9 +104,13 @@ def build_candidates(backbone: str, args) -> list[Candidate]:
 
     candidates = [candidate(VANILLA, vanilla)]
     for pooling in args.poolings:
-        model = PooledForSequenceClassification.from_backbone(backbone, pooling=pooling, num_labels=args.num_labels)
+        model = PooledForSequenceClassification.from_backbone(
+            backbone, pooling=pooling, num_labels=args.num_labels
+        )
         is_layer_strategy = isinstance(model.pooled.pooler, LayerPooler)
-        candidates.append(candidate(pooling, model, target=LAYER_TARGET if is_layer_strategy else TOKEN_TARGET))
+        candidates.append(
+            candidate(pooling, model, target=LAYER_TARGET if is_layer_strategy else TOKEN_TARGET)
+        )
     for count in args.label_counts:
         # The batch's class ids stay below num_labels <= count, so the same labels fit every model.
         model = PooledForSequenceClassification.from_backbone(
@@ -127,7 +131,9 @@ def time_both(candidate: Candidate) -> tuple[float, float]:
 def measure(candidates: list[Candidate], rounds: int, warmup: int) -> None:
     by_name = {candidate.name: candidate for candidate in candidates}
     vanilla = by_name[VANILLA]
-    timed_models = [candidate for candidate in candidates if candidate is not vanilla and not _is_reference(candidate)]
+    timed_models = [
+        candidate for candidate in candidates if candidate is not vanilla and not _is_reference(candidate)
+    ]
     order = random.Random(0)
     for round_index in range(warmup + rounds):
         order.shuffle(timed_models)
@@ -136,7 +142,9 @@ def measure(candidates: list[Candidate], rounds: int, warmup: int) -> None:
                 first, second = order.sample([candidate, peer], 2)
                 times = {first.name: time_both(first), second.name: time_both(second)}
                 if round_index >= warmup:
-                    candidate.pairs.setdefault(peer.name, []).append((*times[candidate.name], *times[peer.name]))
+                    candidate.pairs.setdefault(peer.name, []).append(
+                        (*times[candidate.name], *times[peer.name])
+                    )
         print(f"round {round_index + 1}/{warmup + rounds} done", file=sys.stderr, flush=True)
 
 
@@ -146,8 +154,10 @@ def _is_reference(candidate: Candidate) -> bool:
 
 def median_ratios(pairs: list[tuple[float, float, float, float]]) -> tuple[float, float]:
     """Median over rounds of (train, inference) time / the peer's time in the same pair."""
-    return (statistics.median(own_train / peer_train for own_train, _, peer_train, _ in pairs),
-            statistics.median(own_infer / peer_infer for _, own_infer, _, peer_infer in pairs))
+    return (
+        statistics.median(own_train / peer_train for own_train, _, peer_train, _ in pairs),
+        statistics.median(own_infer / peer_infer for _, own_infer, _, peer_infer in pairs),
+    )
 
 
 def report(candidates: list[Candidate], args) -> bool:
@@ -158,13 +168,17 @@ def report(candidates: list[Candidate], args) -> bool:
         f"batch {args.batch_size} x {args.seq_len} tokens, {args.rounds} paired rounds, "
         f"{torch.get_num_threads()} CPU threads, torch {torch.__version__}, pooled_models {pooled_models.__version__}\n"
     )
-    print("| model | train step (ms) | train ratio | inference (ms) | inference ratio | target | within "
-          "| train / inference ratio vs vanilla on T+L tokens |")
+    print(
+        "| model | train step (ms) | train ratio | inference (ms) | inference ratio | target | within "
+        "| train / inference ratio vs vanilla on T+L tokens |"
+    )
     print("|---|---:|---:|---:|---:|---:|:---:|---:|")
     all_within = True
     vanilla_pairs = [pair for candidate in candidates for pair in candidate.pairs.get(VANILLA, [])]
-    print(f"| {VANILLA} | {1000 * statistics.median(p[2] for p in vanilla_pairs):.0f} | 1.00 | "
-          f"{1000 * statistics.median(p[3] for p in vanilla_pairs):.0f} | 1.00 | - | - | - |")
+    print(
+        f"| {VANILLA} | {1000 * statistics.median(p[2] for p in vanilla_pairs):.0f} | 1.00 | "
+        f"{1000 * statistics.median(p[3] for p in vanilla_pairs):.0f} | 1.00 | - | - | - |"
+    )
     for candidate in candidates:
         if candidate is vanilla or _is_reference(candidate):
             continue  # references are shown through the label-token rows that refer to them
@@ -185,20 +199,31 @@ def report(candidates: list[Candidate], args) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--poolings", nargs="+", default=None, help="default: every registered pooling")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--num-labels", type=int, default=4)
-    parser.add_argument("--label-counts", type=int, nargs="*", default=[4, 25, 100],
-                        help="label_tokens models to time, one per number of labels")
+    parser.add_argument(
+        "--label-counts",
+        type=int,
+        nargs="*",
+        default=[4, 25, 100],
+        help="label_tokens models to time, one per number of labels",
+    )
     args = parser.parse_args(argv)
     if any(count < args.num_labels for count in args.label_counts):
-        parser.error(f"--label-counts must be >= --num-labels ({args.num_labels}): the batch has that many classes")
+        parser.error(
+            f"--label-counts must be >= --num-labels ({args.num_labels}): the batch has that many classes"
+        )
 
-    args.poolings = args.poolings or [name for name in sorted(pooled_models.POOLERS) if name != "label_tokens"]
+    args.poolings = args.poolings or [
+        name for name in sorted(pooled_models.POOLERS) if name != "label_tokens"
+    ]
     candidates = build_candidates(minilm_path(), args)
     measure(candidates, args.rounds, args.warmup)
     return 0 if report(candidates, args) else 1

@@ -160,9 +160,13 @@ def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, 
             annotation = list[str] | None
             metadata["help"] += " " + DATA_DERIVED_SETTINGS[config_field.name]
         if config_field.name == "pooling":
-            metadata["choices"] = POOLERS.keys()  # a live view: poolers registered after this import count too
+            metadata["choices"] = (
+                POOLERS.keys()
+            )  # a live view: poolers registered after this import count too
         if isinstance(default, (list, dict)):
-            argument = field(default_factory=lambda default=default: copy.deepcopy(default), metadata=metadata)
+            argument = field(
+                default_factory=lambda default=default: copy.deepcopy(default), metadata=metadata
+            )
         else:
             argument = field(default=default, metadata=metadata)
         fields.append((config_field.name, annotation, argument))
@@ -181,8 +185,12 @@ class BackboneArguments:
     tokenizer_name: str | None = field(
         default=None, metadata={"help": "Tokenizer to use, if not the one saved with the backbone."}
     )
-    model_revision: str | None = field(default=None, metadata={"help": "Branch, tag or commit of a Hub backbone."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded backbones and datasets are cached."})
+    model_revision: str | None = field(
+        default=None, metadata={"help": "Branch, tag or commit of a Hub backbone."}
+    )
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Where downloaded backbones and datasets are cached."}
+    )
 
 
 def parse_pos_weight(value: Any) -> str | list[float] | None:
@@ -254,23 +262,35 @@ class DataArguments:
     _argument_group_name = "data"
 
     dataset_name: str | None = field(
-        default=None, metadata={"help": "A dataset on the Hugging Face Hub (or anything else load_dataset reads)."}
+        default=None,
+        metadata={"help": "A dataset on the Hugging Face Hub (or anything else load_dataset reads)."},
     )
-    dataset_config_name: str | None = field(default=None, metadata={"help": "The configuration of dataset_name."})
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "The configuration of dataset_name."}
+    )
     train_split_name: str = field(default="train", metadata={"help": "Split of dataset_name to train on."})
-    validation_split_name: str = field(default="validation", metadata={"help": "Split of dataset_name to evaluate on."})
-    test_split_name: str = field(default="test", metadata={"help": "Split of dataset_name to test and predict on."})
-    train_file: str | None = field(default=None, metadata={"help": "A .csv, .tsv, .json, .jsonl or .parquet file."})
+    validation_split_name: str = field(
+        default="validation", metadata={"help": "Split of dataset_name to evaluate on."}
+    )
+    test_split_name: str = field(
+        default="test", metadata={"help": "Split of dataset_name to test and predict on."}
+    )
+    train_file: str | None = field(
+        default=None, metadata={"help": "A .csv, .tsv, .json, .jsonl or .parquet file."}
+    )
     validation_file: str | None = field(default=None, metadata={"help": "Same formats as train_file."})
     test_file: str | None = field(
-        default=None, metadata={"help": "Same formats as train_file; its label column is optional (prediction only)."}
+        default=None,
+        metadata={"help": "Same formats as train_file; its label column is optional (prediction only)."},
     )
     text_column: str = field(default="text", metadata={"help": "The column holding the text."})
     text_pair_column: str | None = field(
         default=None, metadata={"help": "A second text column, for sentence-pair tasks (encoded as a pair)."}
     )
     label_column: str = field(default="label", metadata={"help": "The column holding the label."})
-    problem_type: Literal["auto", "single_label_classification", "multi_label_classification", "regression"] = field(
+    problem_type: Literal[
+        "auto", "single_label_classification", "multi_label_classification", "regression"
+    ] = field(
         default="auto",
         metadata={
             "help": "auto: detected from the label column (strings or integers: single-label; lists: multi-label; "
@@ -279,31 +299,49 @@ class DataArguments:
     )
     label_separator: str | None = field(
         default=None,
-        metadata={"help": "Multi-label labels given as one string per row, e.g. 'joy|fear' with '|' (csv files)."},
+        metadata={
+            "help": "Multi-label labels given as one string per row, e.g. 'joy|fear' with '|' (csv files)."
+        },
     )
     skip_unseen_labels: bool = field(
         default=False,
-        metadata={"help": "Drop validation/test rows whose label never occurs in training (default: an error)."},
+        metadata={
+            "help": "Drop validation/test rows whose label never occurs in training (default: an error)."
+        },
     )
     max_seq_length: int | None = field(
         default=None,
-        metadata={"help": "Truncate texts to this many tokens. Defaults to, and is capped at, the backbone's limit."},
+        metadata={
+            "help": "Truncate texts to this many tokens. Defaults to, and is capped at, the backbone's limit."
+        },
     )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation rows."})
-    max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test rows."})
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N training rows."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N validation rows."}
+    )
+    max_predict_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N test rows."}
+    )
     example_texts: list[str] | None = field(
         default=None,
-        metadata={"help": "After saving, classify these texts with pipeline() from the saved folder and print them."},
+        metadata={
+            "help": "After saving, classify these texts with pipeline() from the saved folder and print them."
+        },
     )
 
     def __post_init__(self):
         valid = ("auto", *PROBLEM_TYPES)
         if self.problem_type not in valid:
-            raise UsageError(f"Unknown problem_type {self.problem_type!r}. Valid choices: {', '.join(valid)}.")
+            raise UsageError(
+                f"Unknown problem_type {self.problem_type!r}. Valid choices: {', '.join(valid)}."
+            )
         local = [self.train_file, self.validation_file, self.test_file]
         if self.dataset_name and any(local):
-            raise UsageError("Give either dataset_name (a Hub dataset) or local files (train_file...), not both.")
+            raise UsageError(
+                "Give either dataset_name (a Hub dataset) or local files (train_file...), not both."
+            )
         if self.max_seq_length is not None and self.max_seq_length < 1:
             raise UsageError(f"max_seq_length must be >= 1, got {self.max_seq_length}.")
         if self.label_separator == "":
@@ -317,7 +355,9 @@ class DataArguments:
 
 @dataclass
 class PooledTrainingArguments(TrainingArguments):
-    _argument_group_name = "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
+    _argument_group_name = (
+        "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
+    )
 
     # head_learning_rate and num_train_epochs were measured (bench/multilabel_defaults.py; README, "Defaults"); the
     # batch size, warmup and weight decay are the usual fine-tuning recipe. output_dir has no default, so a run
@@ -325,15 +365,24 @@ class PooledTrainingArguments(TrainingArguments):
     learning_rate: float = field(default=5e-5, metadata={"help": "Learning rate of the backbone."})
     head_learning_rate: float | None = field(
         default=HEAD_LEARNING_RATE,
-        metadata={"help": "Learning rate of the pooler and head, which start from random weights and so need larger "
-                  "steps than the pretrained backbone."},
+        metadata={
+            "help": "Learning rate of the pooler and head, which start from random weights and so need larger "
+            "steps than the pretrained backbone."
+        },
     )
-    num_train_epochs: float = field(default=NUM_TRAIN_EPOCHS, metadata={"help": "Number of passes over the training data."})
-    per_device_train_batch_size: int = field(default=TRAIN_BATCH_SIZE, metadata={"help": "Training batch size per process."})
+    num_train_epochs: float = field(
+        default=NUM_TRAIN_EPOCHS, metadata={"help": "Number of passes over the training data."}
+    )
+    per_device_train_batch_size: int = field(
+        default=TRAIN_BATCH_SIZE, metadata={"help": "Training batch size per process."}
+    )
     warmup_steps: float = field(
-        default=0.1, metadata={"help": "Linear warmup: a number of steps, or a fraction of all steps when below 1."}
+        default=0.1,
+        metadata={"help": "Linear warmup: a number of steps, or a fraction of all steps when below 1."},
     )
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (not on biases and norms)."})
+    weight_decay: float = field(
+        default=0.01, metadata={"help": "AdamW weight decay (not on biases and norms)."}
+    )
     freeze_backbone: bool = field(default=False, metadata={"help": "Train only the pooler and head."})
     early_stopping_patience: int | None = field(
         default=None,
@@ -343,20 +392,27 @@ class PooledTrainingArguments(TrainingArguments):
         },
     )
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Replace an existing output_dir (only once the new run has succeeded)."}
+        default=False,
+        metadata={"help": "Replace an existing output_dir (only once the new run has succeeded)."},
     )
     keep_checkpoints: bool = field(
         default=False,
-        metadata={"help": "Keep the checkpoint-* folders (optimizer state, for resuming) in the finished output_dir."},
+        metadata={
+            "help": "Keep the checkpoint-* folders (optimizer state, for resuming) in the finished output_dir."
+        },
     )
     eval_strategy: str = field(
         default="auto",
-        metadata={"help": "When to evaluate during training: 'no', 'steps', 'epoch', or 'auto': every epoch with --do_eval."},
+        metadata={
+            "help": "When to evaluate during training: 'no', 'steps', 'epoch', or 'auto': every epoch with --do_eval."
+        },
     )
     save_strategy: str = field(
         default="auto",
-        metadata={"help": "When to save a checkpoint: 'no', 'steps', 'epoch', 'best', or 'auto': like eval_strategy "
-                  "when evaluating, else every epoch."},
+        metadata={
+            "help": "When to save a checkpoint: 'no', 'steps', 'epoch', 'best', or 'auto': like eval_strategy "
+            "when evaluating, else every epoch."
+        },
     )
     save_total_limit: int | None = field(
         default=2, metadata={"help": "Keep at most this many checkpoints (the best one is always kept)."}
@@ -381,7 +437,9 @@ class PooledTrainingArguments(TrainingArguments):
         # A config file's values bypass argparse's choices.
         for name, valid in (("tune_thresholds", THRESHOLD_TUNING), ("threshold_average", AVERAGES)):
             if getattr(self, name) not in valid:
-                raise UsageError(f"Unknown {name} {getattr(self, name)!r}. Valid choices: {', '.join(valid)}.")
+                raise UsageError(
+                    f"Unknown {name} {getattr(self, name)!r}. Valid choices: {', '.join(valid)}."
+                )
         if self.head_learning_rate is not None and self.head_learning_rate < 0:
             raise UsageError(f"head_learning_rate must be >= 0, got {self.head_learning_rate}.")
         if self.early_stopping_patience is not None:
@@ -392,7 +450,9 @@ class PooledTrainingArguments(TrainingArguments):
             self.eval_strategy = "epoch" if self.do_eval else "no"
         if self.save_strategy == "auto":
             evaluating = self.eval_strategy != "no"  # IntervalStrategy is a str enum: this holds for both
-            self.save_strategy = str(getattr(self.eval_strategy, "value", self.eval_strategy)) if evaluating else "epoch"
+            self.save_strategy = (
+                str(getattr(self.eval_strategy, "value", self.eval_strategy)) if evaluating else "epoch"
+            )
         # Left unset, the best-model metric is chosen once the problem type is known (training.BEST_MODEL_METRIC).
         self.best_metric_chosen = self.metric_for_best_model is not None
         if _launched_on_several_cpu_processes():
@@ -434,11 +494,15 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except OSError as error:
         raise UsageError(f"Cannot read config file {path}: {error.strerror or error}.") from error
     except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise UsageError(f"Config file {path} is not valid {path.suffix.lstrip('.').upper()}: {error}") from error
+        raise UsageError(
+            f"Config file {path} is not valid {path.suffix.lstrip('.').upper()}: {error}"
+        ) from error
     if values is None:
         return {}
     if not isinstance(values, dict):
-        raise UsageError(f"Config file {path} must hold a mapping of argument names to values, got {type(values).__name__}.")
+        raise UsageError(
+            f"Config file {path} must hold a mapping of argument names to values, got {type(values).__name__}."
+        )
     _refuse_code_references(values, f"Config file {path}")
     return values
 
@@ -474,7 +538,9 @@ def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTraining
         )
     except UsageError:
         raise
-    except ValueError as error:  # TrainingArguments' own consistency checks, e.g. mismatched eval/save strategies
+    except (
+        ValueError
+    ) as error:  # TrainingArguments' own consistency checks, e.g. mismatched eval/save strategies
         raise UsageError(str(error)) from error
     if remaining:
         raise UsageError(f"Unknown arguments: {' '.join(remaining)}. Run train.py --help for the list.")

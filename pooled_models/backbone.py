@@ -46,7 +46,9 @@ def _drop_unused_modules(backbone: PreTrainedModel) -> PreTrainedModel:
 
 def build_backbone(backbone_config) -> PreTrainedModel:
     """A randomly initialised backbone (weights come later from ``from_pretrained``)."""
-    return _drop_unused_modules(AutoModel.from_config(backbone_config, **_backbone_init_kwargs(backbone_config)))
+    return _drop_unused_modules(
+        AutoModel.from_config(backbone_config, **_backbone_init_kwargs(backbone_config))
+    )
 
 
 _UNSET = object()
@@ -55,10 +57,14 @@ _UNSET = object()
 @contextlib.contextmanager
 def _expect_dropped_weights(model_class: type[PreTrainedModel], init_kwargs: dict[str, Any]):
     """Keep the load report quiet about the checkpoint weights of the modules we chose not to build."""
-    dropped = list(UNUSED_BACKBONE_MODULES) + (["pooler"] if init_kwargs.get("add_pooling_layer") is False else [])
+    dropped = list(UNUSED_BACKBONE_MODULES) + (
+        ["pooler"] if init_kwargs.get("add_pooling_layer") is False else []
+    )
     patterns = [rf"(^|\.){name}\." for name in dropped]
     saved = model_class.__dict__.get("_keys_to_ignore_on_load_unexpected", _UNSET)
-    model_class._keys_to_ignore_on_load_unexpected = list(model_class._keys_to_ignore_on_load_unexpected or []) + patterns
+    model_class._keys_to_ignore_on_load_unexpected = (
+        list(model_class._keys_to_ignore_on_load_unexpected or []) + patterns
+    )
     try:
         yield
     finally:

@@ -57,8 +57,10 @@ def vanilla_model(model_args, labels: Labels, tokenizer):
 
 def _embed(encoder, split, data_args) -> np.ndarray:
     """One vector per row; a sentence pair gives (u, v, |u - v|, u * v), the SBERT classifier's features."""
-    columns = [encoder.encode(list(split.dataset[column]), batch_size=64, convert_to_numpy=True)
-               for column in text_columns(data_args)]
+    columns = [
+        encoder.encode(list(split.dataset[column]), batch_size=64, convert_to_numpy=True)
+        for column in text_columns(data_args)
+    ]
     if len(columns) == 1:
         return columns[0]
     first, second = columns
@@ -86,7 +88,9 @@ def _scores(model, problem_type: str, features: np.ndarray, num_labels: int) -> 
     if problem_type == "multi_label_classification":
         return np.asarray(model.decision_function(features)).reshape(len(features), num_labels)
     log_probabilities = np.full((len(features), num_labels), -1e9)
-    log_probabilities[:, model.classes_] = model.predict_log_proba(features)  # a class absent from training: never
+    log_probabilities[:, model.classes_] = model.predict_log_proba(
+        features
+    )  # a class absent from training: never
     return log_probabilities
 
 
@@ -104,14 +108,23 @@ def logistic_regression_baseline(argv: list[str]) -> dict[str, Any]:
         raise UsageError("The logistic-regression baseline trains: set do_train.")
     splits, labels = prepare_splits(data_args, needed_splits(training_args), cache_dir=model_args.cache_dir)
     if "validation" not in splits:
-        raise UsageError("The logistic-regression baseline chooses its regularisation on validation data: set "
-                         "validation_file (or a dataset with a validation split) and do_eval.")
-    plan = plan_thresholds(training_args, labels, splits, given=model_args.decision_threshold is not None, saved=False)
+        raise UsageError(
+            "The logistic-regression baseline chooses its regularisation on validation data: set "
+            "validation_file (or a dataset with a validation split) and do_eval."
+        )
+    plan = plan_thresholds(
+        training_args, labels, splits, given=model_args.decision_threshold is not None, saved=False
+    )
     backbone, _ = resolve_backbone(model_args.model_name_or_path)
     problem_type = labels.problem_type
     start = time.perf_counter()
-    encoder = SentenceTransformer(backbone, device="cpu", revision=model_args.model_revision,
-                                  cache_folder=model_args.cache_dir, trust_remote_code=False)
+    encoder = SentenceTransformer(
+        backbone,
+        device="cpu",
+        revision=model_args.model_revision,
+        cache_folder=model_args.cache_dir,
+        trust_remote_code=False,
+    )
     features = {name: _embed(encoder, split, data_args) for name, split in splits.items() if split.labelled}
     targets = {name: np.asarray(split.targets) for name, split in splits.items() if split.labelled}
 
@@ -121,16 +134,26 @@ def logistic_regression_baseline(argv: list[str]) -> dict[str, Any]:
     # The regularisation with the best validation metric (train.py's best-model metric, at the default threshold).
     metric, greater_is_better = BEST_MODEL_METRIC[problem_type]
     sign = 1 if greater_is_better else -1
-    fits = [_fit(problem_type, features["train"], targets["train"], strength, training_args.seed)
-            for strength in REGULARISATION]
+    fits = [
+        _fit(problem_type, features["train"], targets["train"], strength, training_args.seed)
+        for strength in REGULARISATION
+    ]
     validation_scores = [scores(fitted, "validation") for fitted in fits]
-    best = max(range(len(fits)), key=lambda index: sign * compute_metrics(
-        validation_scores[index], targets["validation"], problem_type)[metric])
+    best = max(
+        range(len(fits)),
+        key=lambda index: (
+            sign * compute_metrics(validation_scores[index], targets["validation"], problem_type)[metric]
+        ),
+    )
     fitted, validation_scores = fits[best], validation_scores[best]
     threshold = model_args.decision_threshold
     if plan is not None and plan.tunes:
-        threshold = tune_thresholds(probabilities(validation_scores, problem_type), targets["validation"],
-                                    per_label=plan.tuning == "per_label", average=plan.average)
+        threshold = tune_thresholds(
+            probabilities(validation_scores, problem_type),
+            targets["validation"],
+            per_label=plan.tuning == "per_label",
+            average=plan.average,
+        )
     seconds = time.perf_counter() - start
 
     metrics: dict[str, Any] = {
@@ -150,5 +173,11 @@ def logistic_regression_baseline(argv: list[str]) -> dict[str, Any]:
 
 def _coefficients(model) -> list[np.ndarray]:
     estimators = getattr(model, "estimators_", [model])
-    return [array for estimator in estimators for array in (getattr(estimator, "coef_", np.zeros(0)),
-                                                            np.atleast_1d(getattr(estimator, "intercept_", 0.0)))]
+    return [
+        array
+        for estimator in estimators
+        for array in (
+            getattr(estimator, "coef_", np.zeros(0)),
+            np.atleast_1d(getattr(estimator, "intercept_", 0.0)),
+        )
+    ]

@@ -34,8 +34,11 @@ def checkpoints_in(folder: Path) -> list[Path]:
     """The ``checkpoint-<step>`` folders of ``folder``, newest (highest step) first."""
     if not folder.is_dir():
         return []
-    found = [(int(match.group(1)), path) for path in folder.iterdir()
-             if path.is_dir() and (match := _STEP.match(path.name))]
+    found = [
+        (int(match.group(1)), path)
+        for path in folder.iterdir()
+        if path.is_dir() and (match := _STEP.match(path.name))
+    ]
     return [path for _, path in sorted(found, reverse=True)]
 
 
@@ -52,7 +55,9 @@ def _safetensors_problem(path: Path) -> str | None:
             header = json.loads(handle.read(header_length))
     except (struct.error, ValueError, UnicodeDecodeError):
         return f"{path.name} is cut short or not safetensors"
-    data_end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    data_end = max(
+        (entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0
+    )
     if 8 + header_length + data_end > size:
         return f"{path.name} is cut short ({size} of {8 + header_length + data_end} bytes)"
     return None
@@ -118,7 +123,9 @@ def resolve_checkpoint(resume_from_checkpoint: str | None, work_dir: Path) -> st
         if problem is None:
             logger.info("Resuming from %s, the newest complete checkpoint in %s.", path.name, work_dir)
             return str(path)
-        logger.warning("Skipping %s, which is incomplete: %s. The resumed run writes it again.", path.name, problem)
+        logger.warning(
+            "Skipping %s, which is incomplete: %s. The resumed run writes it again.", path.name, problem
+        )
     reasons = "; ".join(f"{path.name}: {checkpoint_problem(path)}" for path in found)
     raise UsageError(
         f"resume_from_checkpoint={resume_from_checkpoint}: no complete checkpoint in {work_dir} ({reasons}). "

@@ -163,7 +163,9 @@ class PooledConfig(PreTrainedConfig):
 
     def _check_pooling(self) -> None:
         pooler_class = get_pooler_class(self.pooling)
-        self._fill_settings(f"pooling={self.pooling!r}", pooler_class.options_for(self), _all_pooling_options(self))
+        self._fill_settings(
+            f"pooling={self.pooling!r}", pooler_class.options_for(self), _all_pooling_options(self)
+        )
         pooler_class.check_config(self)
 
     def _fill_settings(self, owner: str, applicable: dict[str, Any], every: set[str]) -> None:
@@ -210,15 +212,17 @@ class PooledConfig(PreTrainedConfig):
                 f"Valid choices: {', '.join(sorted(ACT2FN))}."
             )
 
-
     def _check_multi_label(self) -> None:
         if self.multi_label_loss not in MULTI_LABEL_LOSSES:
             raise ValueError(
                 f"Unknown multi_label_loss {self.multi_label_loss!r}. Valid choices: {', '.join(MULTI_LABEL_LOSSES)}."
             )
         every_loss_setting = {name for settings in MULTI_LABEL_LOSSES.values() for name in settings}
-        self._fill_settings(f"multi_label_loss={self.multi_label_loss!r}", MULTI_LABEL_LOSSES[self.multi_label_loss],
-                            every_loss_setting)
+        self._fill_settings(
+            f"multi_label_loss={self.multi_label_loss!r}",
+            MULTI_LABEL_LOSSES[self.multi_label_loss],
+            every_loss_setting,
+        )
         for name in sorted(every_loss_setting & set(MULTI_LABEL_LOSSES[self.multi_label_loss])):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 100:
@@ -235,13 +239,17 @@ class PooledConfig(PreTrainedConfig):
                         f"{name}={value!r} applies to problem_type='multi_label_classification' only, "
                         f"not to {self.problem_type!r}."
                     )
-        _check_per_label_numbers("pos_weight", self.pos_weight, self.num_labels, low=0, high=float("inf"),
-                                 allow_single=False)
-        _check_per_label_numbers("decision_threshold", self.decision_threshold, self.num_labels, low=0, high=1,
-                                 allow_single=True)
+        _check_per_label_numbers(
+            "pos_weight", self.pos_weight, self.num_labels, low=0, high=float("inf"), allow_single=False
+        )
+        _check_per_label_numbers(
+            "decision_threshold", self.decision_threshold, self.num_labels, low=0, high=1, allow_single=True
+        )
 
 
-def _check_per_label_numbers(name: str, value: Any, num_labels: int, low: float, high: float, allow_single: bool):
+def _check_per_label_numbers(
+    name: str, value: Any, num_labels: int, low: float, high: float, allow_single: bool
+):
     """``value`` is None, a number in (low, high) when ``allow_single``, or one such number per label."""
     if value is None:
         return

@@ -23,7 +23,16 @@ from datasets import Dataset, List, Value
 
 from .labels import DataError, Labels, where
 
-__all__ = ["FILE_FORMATS", "Split", "load_splits", "check_texts", "attach_labels", "prepare_splits", "text_columns", "tokenize"]
+__all__ = [
+    "FILE_FORMATS",
+    "Split",
+    "load_splits",
+    "check_texts",
+    "attach_labels",
+    "prepare_splits",
+    "text_columns",
+    "tokenize",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +96,11 @@ def load_splits(data_args, wanted: list[str], cache_dir: str | None = None) -> d
     """The splits named in ``wanted`` (train / validation / test), from local files or a Hub dataset."""
     if data_args.dataset_name:
         return _load_hub_splits(data_args, wanted, cache_dir)
-    files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
+    files = {
+        "train": data_args.train_file,
+        "validation": data_args.validation_file,
+        "test": data_args.test_file,
+    }
     splits = {}
     for name in wanted:
         if not files[name]:
@@ -100,14 +113,18 @@ def _read_file(path: Path, cache_dir: str | None) -> Dataset:
     from datasets import load_dataset
 
     if path.suffix.lower() not in FILE_FORMATS:
-        raise DataError(f"Cannot read {path}: unknown file type {path.suffix!r}. Valid types: {', '.join(FILE_FORMATS)}.")
+        raise DataError(
+            f"Cannot read {path}: unknown file type {path.suffix!r}. Valid types: {', '.join(FILE_FORMATS)}."
+        )
     if not path.is_file():
         raise DataError(f"Cannot read {path}: no such file.")
     builder, options = FILE_FORMATS[path.suffix.lower()]
     if builder != "parquet":
         _check_text_file(path, builder, options)
     try:
-        dataset = load_dataset(builder, data_files={"data": str(path)}, split="data", cache_dir=cache_dir, **options)
+        dataset = load_dataset(
+            builder, data_files={"data": str(path)}, split="data", cache_dir=cache_dir, **options
+        )
     except Exception as error:  # the builders raise many types; all mean the same thing to the user
         raise _read_error(path, builder, options, error) from error
     if len(dataset) == 0:
@@ -238,8 +255,11 @@ def _load_hub_splits(data_args, wanted: list[str], cache_dir: str | None) -> dic
         dataset = load_dataset(name, data_args.dataset_config_name, cache_dir=cache_dir)
     except Exception as error:
         raise DataError(f"Cannot load the dataset {label}: {_root_cause(error)}") from error
-    split_names = {"train": data_args.train_split_name, "validation": data_args.validation_split_name,
-                   "test": data_args.test_split_name}
+    split_names = {
+        "train": data_args.train_split_name,
+        "validation": data_args.validation_split_name,
+        "test": data_args.test_split_name,
+    }
     splits = {}
     for role in wanted:
         split_name = split_names[role]
@@ -294,10 +314,14 @@ def attach_labels(split: Split, labels: Labels, column: str, skip_unseen: bool) 
     if len(kept) < len(values):
         logger.warning(
             "%s: left out %d of %d rows whose label does not occur in training (--skip_unseen_labels).",
-            split.source, len(values) - len(kept), len(values),
+            split.source,
+            len(values) - len(kept),
+            len(values),
         )
         if not kept:
-            raise DataError(f"{where(split.source, column)}: no row is left once the labels unseen in training are skipped.")
+            raise DataError(
+                f"{where(split.source, column)}: no row is left once the labels unseen in training are skipped."
+            )
         dataset = dataset.select(kept)
     split.dataset = dataset
     split.targets = targets
@@ -322,8 +346,11 @@ def prepare_splits(
     Writes nothing but ``datasets``' own cache (``~/.cache/huggingface/datasets``, or ``cache_dir``), where
     ``load_dataset`` converts each file to Arrow before any check can refuse it."""
     splits = load_splits(data_args, roles, cache_dir)
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_predict_samples,
+    }
     for role, split in splits.items():
         if limits[role] is not None and limits[role] < len(split.dataset):
             split.dataset = split.dataset.select(range(limits[role]))
@@ -352,10 +379,17 @@ def _label_space(splits: dict[str, Split], data_args, saved_labels: Labels | Non
     if "train" in splits:
         train = splits["train"]
         labels = Labels.from_training(
-            train.dataset[column], train.dataset.features[column], train.source, column,
-            problem_type=data_args.problem_type, separator=data_args.label_separator,
+            train.dataset[column],
+            train.dataset.features[column],
+            train.source,
+            column,
+            problem_type=data_args.problem_type,
+            separator=data_args.label_separator,
         )
-        if saved_labels is not None and (labels.problem_type, labels.names) != (saved_labels.problem_type, saved_labels.names):
+        if saved_labels is not None and (labels.problem_type, labels.names) != (
+            saved_labels.problem_type,
+            saved_labels.names,
+        ):
             raise DataError(
                 f"The model was trained for {saved_labels.problem_type} with labels {saved_labels.names}; "
                 f"{train.source} gives {labels.problem_type} with labels {labels.names}. Start from the backbone to "
@@ -370,7 +404,11 @@ def _label_space(splits: dict[str, Split], data_args, saved_labels: Labels | Non
             "config), not a plain backbone."
         )
     test = splits.get("test")
-    if test is not None and test.labelled and labels.is_unlabelled(test.dataset[column], test.dataset.features[column]):
+    if (
+        test is not None
+        and test.labelled
+        and labels.is_unlabelled(test.dataset[column], test.dataset.features[column])
+    ):
         test.labelled = False  # labels withheld (all empty, or -1 in a ClassLabel column)
     return labels
 
@@ -403,8 +441,9 @@ def tokenize(split: Split, tokenizer, text_column: str, pair_column: str | None,
         full["truncated"] = [row in long_set for row in range(len(texts))]
         return full
 
-    encoded = split.dataset.map(encode, batched=True, remove_columns=split.dataset.column_names,
-                                desc=f"Tokenizing {split.name}")
+    encoded = split.dataset.map(
+        encode, batched=True, remove_columns=split.dataset.column_names, desc=f"Tokenizing {split.name}"
+    )
     split.truncated = sum(encoded["truncated"])
     encoded = encoded.remove_columns("truncated")
     if split.targets is not None:  # "labels" is the column Trainer hands to the model's loss
@@ -413,5 +452,8 @@ def tokenize(split: Split, tokenizer, text_column: str, pair_column: str | None,
     if split.truncated:
         logger.warning(
             "%s: %d of %d rows are longer than %d tokens and were truncated.",
-            split.source, split.truncated, len(encoded), max_length,
+            split.source,
+            split.truncated,
+            len(encoded),
+            max_length,
         )

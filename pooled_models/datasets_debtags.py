@@ -60,7 +60,9 @@ def read_dumpavail(update: bool = True) -> str:
     """The output of ``apt-cache dumpavail``, updating apt's package lists first when they hold no tags (needs root)."""
     text = _dumpavail()
     if "\nTag:" not in text and update and shutil.which("apt-get"):
-        print("apt's package lists hold no debtags; updating them with apt-get update (Debian's package registry).")
+        print(
+            "apt's package lists hold no debtags; updating them with apt-get update (Debian's package registry)."
+        )
         subprocess.run(["apt-get", "update", "-q"], check=False)
         text = _dumpavail()
     if "\nTag:" not in text:
@@ -74,7 +76,9 @@ def read_dumpavail(update: bool = True) -> str:
 def _dumpavail() -> str:
     if not shutil.which("apt-cache"):
         return ""
-    result = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, text=True, errors="replace", check=False)
+    result = subprocess.run(
+        ["apt-cache", "dumpavail"], capture_output=True, text=True, errors="replace", check=False
+    )
     return "\n" + result.stdout if result.returncode == 0 else ""
 
 
@@ -116,8 +120,11 @@ def read_packages(text: str, long_description: bool = False) -> list[Package]:
     for stanza in parse_stanzas(text):
         name = stanza.get("Package")
         if name and name not in packages:
-            packages[name] = Package(name, _description(stanza.get("Description", ""), long_description),
-                                     _tags(stanza.get("Tag", "")))
+            packages[name] = Package(
+                name,
+                _description(stanza.get("Description", ""), long_description),
+                _tags(stanza.get("Tag", "")),
+            )
     return list(packages.values())
 
 
@@ -142,8 +149,12 @@ def build_debtags(
     """
     text = read_dumpavail() if text is None else text
     packages = [package for package in read_packages(text, long_description) if package.text]
-    counts = Counter(tag for package in packages for tag in set(package.tags)
-                     if _describes_the_package(tag, excluded_facets))
+    counts = Counter(
+        tag
+        for package in packages
+        for tag in set(package.tags)
+        if _describes_the_package(tag, excluded_facets)
+    )
     kept = {tag for tag, count in counts.items() if count >= min_packages}
     rows = []
     for package in sorted(packages, key=lambda package: package.name):
@@ -151,14 +162,20 @@ def build_debtags(
         if tags:
             rows.append({"text": package.text, "labels": tags})
     if not rows:
-        raise ValueError(f"No tag outside {', '.join(excluded_facets)} describes {min_packages} packages or more.")
+        raise ValueError(
+            f"No tag outside {', '.join(excluded_facets)} describes {min_packages} packages or more."
+        )
     rng = random.Random(seed)
     rng.shuffle(rows)
     if max_rows is not None:
         rows = rows[:max_rows]
     train_end = round(len(rows) * split_fractions[0])
     validation_end = train_end + round(len(rows) * split_fractions[1])
-    return {"train": rows[:train_end], "validation": rows[train_end:validation_end], "test": rows[validation_end:]}
+    return {
+        "train": rows[:train_end],
+        "validation": rows[train_end:validation_end],
+        "test": rows[validation_end:],
+    }
 
 
 def write_debtags(folder: Path, **build_kwargs) -> dict[str, Path]:
@@ -170,7 +187,9 @@ def write_debtags(folder: Path, **build_kwargs) -> dict[str, Path]:
     paths = {}
     for name, rows in build_debtags(**build_kwargs).items():
         paths[name] = folder / f"{name}.jsonl"
-        paths[name].write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+        paths[name].write_text(
+            "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8"
+        )
     return paths
 
 

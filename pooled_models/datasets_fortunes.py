@@ -15,7 +15,14 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-__all__ = ["FORTUNES_DIR", "FortunesMissing", "ensure_fortunes", "read_fortune_file", "build_fortunes", "write_fortunes"]
+__all__ = [
+    "FORTUNES_DIR",
+    "FortunesMissing",
+    "ensure_fortunes",
+    "read_fortune_file",
+    "build_fortunes",
+    "write_fortunes",
+]
 
 FORTUNES_DIR = Path("/usr/share/games/fortunes")
 SPLITS = ("train", "validation", "test")
@@ -101,7 +108,11 @@ def build_fortunes(
             unique = unique[:max_per_class]
         train_end = round(len(unique) * split_fractions[0])
         validation_end = train_end + round(len(unique) * split_fractions[1])
-        bounds = {"train": (0, train_end), "validation": (train_end, validation_end), "test": (validation_end, None)}
+        bounds = {
+            "train": (0, train_end),
+            "validation": (train_end, validation_end),
+            "test": (validation_end, None),
+        }
         for name, (start, end) in bounds.items():
             splits[name].extend({"text": text, "label": topic} for text in unique[start:end])
     if not splits["train"]:

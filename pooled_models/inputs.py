@@ -16,7 +16,9 @@ __all__ = ["check_inputs", "as_label_tensor"]
 
 
 def check_inputs(
-    input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, reference: torch.Tensor,
+    input_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    reference: torch.Tensor,
     embeddings: nn.Module | None,
 ) -> None:
     """The mask matches the inputs' ``[batch, seq_len]``, and every token id has a row in the embedding table."""

@@ -67,7 +67,9 @@ def label_token_settings_from_tokenizer(config_kwargs: dict[str, Any], tokenizer
         if label_init == "cls":
             cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
             if cls_id is None:
-                raise ValueError("label_token_init='cls' but the tokenizer has neither a CLS nor a BOS token.")
+                raise ValueError(
+                    "label_token_init='cls' but the tokenizer has neither a CLS nor a BOS token."
+                )
             settings["label_token_init_ids"] = [[int(cls_id)] for _ in names]
         else:
             settings["label_token_init_ids"] = [_label_text_ids(tokenizer, name) for name in names]
@@ -87,7 +89,9 @@ def _label_names(config_kwargs: dict[str, Any]) -> list[str]:
 def _label_text_ids(tokenizer, name: str) -> list[int]:
     ids = tokenizer(str(name), add_special_tokens=False)["input_ids"]
     if not ids:
-        raise ValueError(f"label_token_init='label_text': the label name {name!r} has no tokens to start from.")
+        raise ValueError(
+            f"label_token_init='label_text': the label name {name!r} has no tokens to start from."
+        )
     return [int(i) for i in ids]
 
 
@@ -107,7 +111,8 @@ class LabelTokenPooler(Pooler):
     @classmethod
     def tokenizer_settings(cls, config_kwargs, load_tokenizer):
         needs_ids = config_kwargs.get("label_token_init_ids") is None and config_kwargs.get(
-            "label_token_init", cls.config_options["label_token_init"]) in ("label_text", "cls")
+            "label_token_init", cls.config_options["label_token_init"]
+        ) in ("label_text", "cls")
         if not needs_ids and config_kwargs.get("label_token_position") is not None:
             return {}
         return label_token_settings_from_tokenizer(config_kwargs, load_tokenizer())
@@ -119,36 +124,56 @@ class LabelTokenPooler(Pooler):
                 raise ValueError(message)
 
         num_labels = config.num_labels
-        require(config.label_token_init in LABEL_TOKEN_INITS,
-                f"Unknown label_token_init {config.label_token_init!r}. Valid choices: {', '.join(LABEL_TOKEN_INITS)}.")
-        require(config.label_token_scorer in LABEL_TOKEN_SCORERS,
-                f"Unknown label_token_scorer {config.label_token_scorer!r}. Valid choices: {', '.join(LABEL_TOKEN_SCORERS)}.")
+        require(
+            config.label_token_init in LABEL_TOKEN_INITS,
+            f"Unknown label_token_init {config.label_token_init!r}. Valid choices: {', '.join(LABEL_TOKEN_INITS)}.",
+        )
+        require(
+            config.label_token_scorer in LABEL_TOKEN_SCORERS,
+            f"Unknown label_token_scorer {config.label_token_scorer!r}. Valid choices: {', '.join(LABEL_TOKEN_SCORERS)}.",
+        )
         ids = config.label_token_init_ids
         if config.label_token_init in ("label_text", "cls"):
-            require(ids is not None,
-                    f"label_token_init={config.label_token_init!r} needs label_token_init_ids (the token ids each label "
-                    "starts from): build the model with from_backbone(), which reads them with the backbone's "
-                    "tokenizer, pass them, or choose label_token_init='vocab_mean' or 'random'.")
+            require(
+                ids is not None,
+                f"label_token_init={config.label_token_init!r} needs label_token_init_ids (the token ids each label "
+                "starts from): build the model with from_backbone(), which reads them with the backbone's "
+                "tokenizer, pass them, or choose label_token_init='vocab_mean' or 'random'.",
+            )
             vocab_size = config.backbone_config.vocab_size
-            require(isinstance(ids, list) and len(ids) == num_labels,
-                    f"label_token_init_ids must hold one list of token ids per label ({num_labels}), got "
-                    f"{len(ids) if isinstance(ids, list) else type(ids).__name__}.")
+            require(
+                isinstance(ids, list) and len(ids) == num_labels,
+                f"label_token_init_ids must hold one list of token ids per label ({num_labels}), got "
+                f"{len(ids) if isinstance(ids, list) else type(ids).__name__}.",
+            )
             for label, token_ids in enumerate(ids):
-                require(isinstance(token_ids, list) and len(token_ids) > 0
-                        and all(isinstance(i, int) and 0 <= i < vocab_size for i in token_ids),
-                        f"label_token_init_ids[{label}] = {token_ids!r} must be a non-empty list of token ids in "
-                        f"[0, {vocab_size - 1}].")
+                require(
+                    isinstance(token_ids, list)
+                    and len(token_ids) > 0
+                    and all(isinstance(i, int) and 0 <= i < vocab_size for i in token_ids),
+                    f"label_token_init_ids[{label}] = {token_ids!r} must be a non-empty list of token ids in "
+                    f"[0, {vocab_size - 1}].",
+                )
         else:
-            require(ids is None, f"label_token_init_ids does not apply to label_token_init={config.label_token_init!r}.")
+            require(
+                ids is None,
+                f"label_token_init_ids does not apply to label_token_init={config.label_token_init!r}.",
+            )
         position = config.label_token_position
-        require(isinstance(position, int) and not isinstance(position, bool) and position >= AFTER_THE_TEXT,
-                f"label_token_position must be an integer >= 0 (after that many leading tokens) or -1 (after the "
-                f"text), got {position!r}.")
+        require(
+            isinstance(position, int) and not isinstance(position, bool) and position >= AFTER_THE_TEXT,
+            f"label_token_position must be an integer >= 0 (after that many leading tokens) or -1 (after the "
+            f"text), got {position!r}.",
+        )
         per_pass = config.label_tokens_per_pass
-        require(isinstance(per_pass, int) and not isinstance(per_pass, bool) and 1 <= per_pass <= num_labels,
-                f"label_tokens_per_pass must be an integer in [1, num_labels={num_labels}], got {per_pass!r}.")
-        require(config.position_ids_from_mask,
-                "pooling='label_tokens' needs position_ids_from_mask=True: the label tokens shift the text's positions.")
+        require(
+            isinstance(per_pass, int) and not isinstance(per_pass, bool) and 1 <= per_pass <= num_labels,
+            f"label_tokens_per_pass must be an integer in [1, num_labels={num_labels}], got {per_pass!r}.",
+        )
+        require(
+            config.position_ids_from_mask,
+            "pooling='label_tokens' needs position_ids_from_mask=True: the label tokens shift the text's positions.",
+        )
 
     def __init__(self, config: PooledConfig):
         super().__init__()
@@ -198,7 +223,9 @@ class LabelTokenPooler(Pooler):
             extended["inputs_embeds"] = write_labels(extended["inputs_embeds"])
             outputs = encoder.run_backbone(**extended, output_hidden_states=output_hidden_states)
         else:
-            hook = _word_embeddings(encoder.backbone).register_forward_hook(lambda module, args, out: write_labels(out))
+            hook = _word_embeddings(encoder.backbone).register_forward_hook(
+                lambda module, args, out: write_labels(out)
+            )
             try:
                 outputs = encoder.run_backbone(**extended, output_hidden_states=output_hidden_states)
             finally:
@@ -236,7 +263,9 @@ class _Layout:
         self.width, self.num_passes, self.per_pass, self.num_labels = width, num_passes, per_pass, num_labels
 
     @classmethod
-    def build(cls, attention_mask: torch.Tensor, pooler: LabelTokenPooler, position_budget: int | None) -> _Layout:
+    def build(
+        cls, attention_mask: torch.Tensor, pooler: LabelTokenPooler, position_budget: int | None
+    ) -> _Layout:
         real = attention_mask != 0
         batch, length = real.shape
         device = real.device
@@ -272,18 +301,25 @@ class _Layout:
         label_index = torch.full((batch * num_passes, width), -1, dtype=torch.long, device=device)
         label_index.scatter_(1, label_slot, torch.where(valid, label_id, -1))
         mask = keep | (label_index >= 0)
-        return cls(source, keep, label_slot, label_index, mask.long(), width, num_passes, per_pass, pooler.num_labels)
+        return cls(
+            source, keep, label_slot, label_index, mask.long(), width, num_passes, per_pass, pooler.num_labels
+        )
 
     def _gather(self, values: torch.Tensor, fill) -> torch.Tensor:
         rows = values.repeat_interleave(self.num_passes, dim=0)
-        index = self.source if values.ndim == 2 else self.source.unsqueeze(-1).expand(-1, -1, values.shape[-1])
+        index = (
+            self.source if values.ndim == 2 else self.source.unsqueeze(-1).expand(-1, -1, values.shape[-1])
+        )
         gathered = rows.gather(1, index)
         keep = self.keep if values.ndim == 2 else self.keep.unsqueeze(-1)
         return torch.where(keep, gathered, torch.as_tensor(fill, dtype=values.dtype, device=values.device))
 
     def extend_inputs(self, inputs: dict[str, Any], pad_token_id: int) -> dict[str, Any]:
-        extended = {key: value for key, value in inputs.items() if key not in ("input_ids", "inputs_embeds",
-                                                                             "attention_mask", "token_type_ids")}
+        extended = {
+            key: value
+            for key, value in inputs.items()
+            if key not in ("input_ids", "inputs_embeds", "attention_mask", "token_type_ids")
+        }
         extended["attention_mask"] = self.attention_mask
         if inputs.get("input_ids") is not None:
             ids = self._gather(inputs["input_ids"], pad_token_id)
@@ -314,8 +350,10 @@ def _init_vocab_mean(parameter, word_embeddings, config):
 
 def _init_from_token_ids(parameter, word_embeddings, config):
     # "cls": every label starts at the CLS embedding; "label_text": at the mean of its name's tokens.
-    vectors = [word_embeddings[torch.tensor(ids, device=word_embeddings.device)].mean(dim=0)
-               for ids in config.label_token_init_ids]
+    vectors = [
+        word_embeddings[torch.tensor(ids, device=word_embeddings.device)].mean(dim=0)
+        for ids in config.label_token_init_ids
+    ]
     init.copy_(parameter, torch.stack(vectors))
 
 

@@ -180,7 +180,12 @@ class Labels:
 
     @classmethod
     def from_training(
-        cls, values: Sequence[Any], feature, source: str, column: str, problem_type: str = "auto",
+        cls,
+        values: Sequence[Any],
+        feature,
+        source: str,
+        column: str,
+        problem_type: str = "auto",
         separator: str | None = None,
     ) -> Labels:
         """The label space of the training split's label column, checked: one kind of label, every row labelled,
@@ -192,7 +197,11 @@ class Labels:
         if detected:
             problem_type = detect_problem_type(feature, separator)
         labels = cls(problem_type=problem_type, names=[], feature=feature, separator=separator)
-        if problem_type == "multi_label_classification" and _item_feature(feature) is None and separator is None:
+        if (
+            problem_type == "multi_label_classification"
+            and _item_feature(feature) is None
+            and separator is None
+        ):
             raise DataError(
                 f"{where(source, column)} holds one {_describe(feature)} per row; multi-label classification needs a "
                 "list of labels per row (json/jsonl/parquet) or a label_separator to split strings (e.g. '|')."
@@ -224,7 +233,11 @@ class Labels:
     @classmethod
     def from_config(cls, config) -> Labels:
         """The label space a trained model was saved with."""
-        names = [] if config.problem_type == "regression" else [config.id2label[i] for i in range(config.num_labels)]
+        names = (
+            []
+            if config.problem_type == "regression"
+            else [config.id2label[i] for i in range(config.num_labels)]
+        )
         return cls(problem_type=config.problem_type, names=names)
 
     # -------------------------------------------------------------------------------------------------
@@ -271,7 +284,9 @@ class Labels:
         return all(_name(value, feature) is MISSING for value in values)
 
     def _check_compatible(self, feature, source: str, column: str) -> None:
-        if self.problem_type == "regression" and not (isinstance(feature, Value) and feature.dtype.startswith(("float", "int"))):
+        if self.problem_type == "regression" and not (
+            isinstance(feature, Value) and feature.dtype.startswith(("float", "int"))
+        ):
             raise DataError(
                 f"{where(source, column)} holds {_describe(feature)} values, but the training labels are numbers "
                 "(regression)."
@@ -282,13 +297,17 @@ class Labels:
         item_feature = _item_feature(feature)
         if self.problem_type == "single_label_classification":
             if item_feature is not None or isinstance(value, (list, tuple)):  # never a class named "['a']"
-                raise DataError(f"{where(source, column, row)} holds a list, but the labels are single-label classes.")
+                raise DataError(
+                    f"{where(source, column, row)} holds a list, but the labels are single-label classes."
+                )
             name = _name(value, feature)
             if name is MISSING:
                 raise DataError(f"{where(source, column, row)}: the label is missing (empty, null or NaN).")
             return _on_one_line([name], source, column, row)
         if value is None:
-            raise DataError(f"{where(source, column, row)}: the label is missing (null); give an empty list for none.")
+            raise DataError(
+                f"{where(source, column, row)}: the label is missing (null); give an empty list for none."
+            )
         if item_feature is None:
             if not isinstance(value, str) or self.separator is None:
                 raise DataError(
@@ -300,13 +319,17 @@ class Labels:
             items = value
         names = [_name(item, item_feature) for item in items]
         if any(name is MISSING for name in names):
-            raise DataError(f"{where(source, column, row)}: the list of labels {value!r} holds an empty or null label.")
+            raise DataError(
+                f"{where(source, column, row)}: the list of labels {value!r} holds an empty or null label."
+            )
         return _on_one_line(names, source, column, row)
 
     def _regression_target(self, value, source: str, column: str, row: int, feature=None) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             if value is None:
-                raise DataError(f"{where(source, column, row)}: the regression target is missing (empty or null).")
+                raise DataError(
+                    f"{where(source, column, row)}: the regression target is missing (empty or null)."
+                )
             raise DataError(f"{where(source, column, row)}: the regression target {value!r} is not a number.")
         if not math.isfinite(value):
             raise DataError(

@@ -104,7 +104,9 @@ def _check_regression_targets(labels, num_labels, batch_size):
     labels = labels.float()
     if not torch.isfinite(labels).all():
         row = int((~torch.isfinite(labels)).nonzero()[0, 0])
-        raise ValueError(f"regression targets must be finite numbers; row {row} holds {labels[row].tolist()}.")
+        raise ValueError(
+            f"regression targets must be finite numbers; row {row} holds {labels[row].tolist()}."
+        )
     return labels
 
 
@@ -142,7 +144,9 @@ def _focusing(probability: torch.Tensor, gamma: float) -> torch.Tensor:
 
 def _focal(logits, targets, pos_weight, config):
     """Focal loss (Lin et al., 2017), sigmoid form: BCE scaled by (1 - p_t)^gamma, so easy cases count less."""
-    bce = nn.functional.binary_cross_entropy_with_logits(logits, targets, pos_weight=pos_weight, reduction="none")
+    bce = nn.functional.binary_cross_entropy_with_logits(
+        logits, targets, pos_weight=pos_weight, reduction="none"
+    )
     probability = torch.sigmoid(logits)
     p_true = probability * targets + (1 - probability) * (1 - targets)
     return (_focusing(1 - p_true, config.focal_gamma) * bce).mean()

@@ -40,6 +40,7 @@ TASK_DESCRIPTIONS = {
     "regression": "text regression",
 }
 
+
 @dataclass
 class CardFacts:
     """What the card reports about one run."""
@@ -54,7 +55,9 @@ class CardFacts:
     dataset_name: str | None  # a Hub dataset id, if the data came from the Hub
     dataset_config: str | None
     data_format: str  # "csv", "json", "parquet" or the Hub id, for the model-index
-    split_sources: dict[str, str]  # split -> the dataset name the model-index gives it (a file name, or the Hub id)
+    split_sources: dict[
+        str, str
+    ]  # split -> the dataset name the model-index gives it (a file name, or the Hub id)
     splits: list[dict[str, Any]]  # {"name", "rows", "truncated"}
     max_seq_length: int
     training_settings: dict[str, Any]
@@ -96,8 +99,10 @@ def _summary(cls: type) -> str:
 def _pooling_settings(config) -> dict[str, Any]:
     options = get_pooler_class(config.pooling).options_for(config)
     # Long values (the label-token pooling's token ids of every label name) are left to config.json.
-    return {name: value if len(repr(value)) <= 60 else "(see config.json)"
-            for name, value in ((name, getattr(config, name)) for name in sorted(options))}
+    return {
+        name: value if len(repr(value)) <= 60 else "(see config.json)"
+        for name, value in ((name, getattr(config, name)) for name in sorted(options))
+    }
 
 
 def _head_description(facts: CardFacts) -> str:
@@ -115,7 +120,10 @@ def _loss_description(config) -> str:
 
 def _comparison(facts: CardFacts) -> list[tuple[str, float | str, float | str]]:
     """``(metric, at 0.5, tuned)`` rows of the validation metrics a tuned run reports both ways."""
-    return [(metric, _rounded(before), _rounded(after)) for metric, (before, after) in facts.threshold_comparison.items()]
+    return [
+        (metric, _rounded(before), _rounded(after))
+        for metric, (before, after) in facts.threshold_comparison.items()
+    ]
 
 
 def _decisions(facts: CardFacts) -> dict[str, Any] | None:
@@ -134,17 +142,24 @@ def _decisions(facts: CardFacts) -> dict[str, Any] | None:
     return {
         "loss": _loss_description(config),
         "pos_weight": facts.pos_weight_origin if config.pos_weight is not None else None,
-        "threshold": "one per label (in the table below)" if per_label else f"**{_rounded(threshold)}** for every label",
+        "threshold": "one per label (in the table below)"
+        if per_label
+        else f"**{_rounded(threshold)}** for every label",
         "origin": facts.threshold_origin or "",
         "comparison": _comparison(facts),
         "default_threshold": DEFAULT_THRESHOLD,
         "columns": list(columns),
-        "rows": [[name, *(_rounded(values[index]) for values in columns.values())] for index, name in enumerate(names)],
+        "rows": [
+            [name, *(_rounded(values[index]) for values in columns.values())]
+            for index, name in enumerate(names)
+        ],
     }
 
 
 def _rounded(value: float) -> float | str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else round(float(value), 4)
+    return (
+        "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else round(float(value), 4)
+    )
 
 
 def _eval_results(facts: CardFacts) -> list[EvalResult]:
@@ -173,7 +188,9 @@ def _eval_results(facts: CardFacts) -> list[EvalResult]:
 
 def render_model_card(facts: CardFacts, template_path: str | Path = DEFAULT_TEMPLATE) -> ModelCard:
     config = facts.config
-    metrics = sorted({metric for split in facts.evaluation.values() for metric in split if metric in METRIC_IDS})
+    metrics = sorted(
+        {metric for split in facts.evaluation.values() for metric in split if metric in METRIC_IDS}
+    )
     card_data = ModelCardData(
         library_name="transformers",
         pipeline_tag="text-classification",
@@ -196,12 +213,16 @@ def render_model_card(facts: CardFacts, template_path: str | Path = DEFAULT_TEMP
         head=config.classifier_head,
         head_description=_head_description(facts),
         problem_type=config.problem_type,
-        labels=[config.id2label[index] for index in range(config.num_labels)] if config.problem_type != "regression" else [],
+        labels=[config.id2label[index] for index in range(config.num_labels)]
+        if config.problem_type != "regression"
+        else [],
         data_description=facts.data_description,
         splits=facts.splits,
         max_seq_length=facts.max_seq_length,
         training_settings=facts.training_settings,
-        evaluation={split: {m: _rounded(v) for m, v in values.items()} for split, values in facts.evaluation.items()},
+        evaluation={
+            split: {m: _rounded(v) for m, v in values.items()} for split, values in facts.evaluation.items()
+        },
         evaluation_metrics=metrics,
         repo_id=facts.repo_id,
         repo_id_literal=json.dumps(facts.repo_id, ensure_ascii=False),  # a Python string: "C:\\Users" too

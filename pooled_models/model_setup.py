@@ -53,8 +53,11 @@ def saved_pooled_config(model_args) -> PooledConfig | None:
 def _refuse_code_references(name: str, config_dict: dict) -> None:
     found = [key for key in ("custom_pipelines", "trust_remote_code") if config_dict.get(key)]
     auto_map = config_dict.get("auto_map") or {}
-    foreign = {key: value for key, value in auto_map.items() if AUTO_MAP.get(key) != value} if isinstance(
-        auto_map, dict) else {"auto_map": auto_map}
+    foreign = (
+        {key: value for key, value in auto_map.items() if AUTO_MAP.get(key) != value}
+        if isinstance(auto_map, dict)
+        else {"auto_map": auto_map}
+    )
     if foreign:
         found.append(f"auto_map ({', '.join(f'{key}: {value}' for key, value in foreign.items())})")
     if found:
@@ -70,7 +73,9 @@ def _require_safetensors(name: str) -> None:
         return  # a Hub model: from_pretrained(use_safetensors=True) refuses pickled weights when it downloads them
     if any(folder.glob("*.safetensors")) or (folder / SAFE_WEIGHTS_INDEX_NAME).is_file():
         return
-    pickled = sorted(path.name for path in folder.iterdir() if path.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+    pickled = sorted(
+        path.name for path in folder.iterdir() if path.suffix in (".bin", ".pt", ".pth", ".ckpt")
+    )
     found = f" (only {', '.join(pickled)})" if pickled else ""
     raise UsageError(
         f"The model folder {folder} holds no safetensors weights{found}; train.py never unpickles weights. Convert "
@@ -90,10 +95,16 @@ def resolve_pos_weight(model_args, labels: Labels, splits: dict[str, Split]) -> 
     if model_args.pos_weight != FROM_TRAINING_DATA:
         return
     if "train" not in splits:
-        raise UsageError(f"pos_weight={FROM_TRAINING_DATA} is computed from the training split: it needs --do_train.")
+        raise UsageError(
+            f"pos_weight={FROM_TRAINING_DATA} is computed from the training split: it needs --do_train."
+        )
     model_args.pos_weight = positive_weights(splits["train"].targets)
-    logger.info("pos_weight from the training split (negatives / positives): %s",
-                ", ".join(f"{name} {weight:.3g}" for name, weight in zip(labels.names, model_args.pos_weight, strict=True)))
+    logger.info(
+        "pos_weight from the training split (negatives / positives): %s",
+        ", ".join(
+            f"{name} {weight:.3g}" for name, weight in zip(labels.names, model_args.pos_weight, strict=True)
+        ),
+    )
 
 
 # The loss of a multi-label run that asks for none. On the debtags benchmark (bench/multilabel_defaults.py) the
@@ -110,10 +121,14 @@ def resolve_multi_label_loss(model_args, labels: Labels, saved_config: PooledCon
         model_args.multi_label_loss = saved_config.multi_label_loss
     elif labels.problem_type == "multi_label_classification":
         model_args.multi_label_loss = MULTI_LABEL_DEFAULT_LOSS
-        logger.info("Multi-label loss: %s (train.py's default; --multi_label_loss bce for plain BCE).",
-                    MULTI_LABEL_DEFAULT_LOSS)
+        logger.info(
+            "Multi-label loss: %s (train.py's default; --multi_label_loss bce for plain BCE).",
+            MULTI_LABEL_DEFAULT_LOSS,
+        )
     else:
-        model_args.multi_label_loss = PooledConfig.multi_label_loss  # the dataclass default: not a setting of the run
+        model_args.multi_label_loss = (
+            PooledConfig.multi_label_loss
+        )  # the dataclass default: not a setting of the run
 
 
 def build_model(
@@ -129,15 +144,21 @@ def build_model(
             )
         try:
             model = AutoModelForSequenceClassification.from_pretrained(
-                model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,
-                use_safetensors=True, trust_remote_code=False,
+                model_args.model_name_or_path,
+                revision=model_args.model_revision,
+                cache_dir=model_args.cache_dir,
+                use_safetensors=True,
+                trust_remote_code=False,
             )
         except OSError as error:
             raise UsageError(f"Cannot load the model {model_args.model_name_or_path!r}: {error}") from error
         model.config.pad_token_id = tokenizer.pad_token_id
         return model
-    backbone_kwargs = {key: value for key, value in
-                       (("revision", model_args.model_revision), ("cache_dir", model_args.cache_dir)) if value}
+    backbone_kwargs = {
+        key: value
+        for key, value in (("revision", model_args.model_revision), ("cache_dir", model_args.cache_dir))
+        if value
+    }
     try:
         model = PooledForSequenceClassification.from_backbone(
             model_args.model_name_or_path,
@@ -159,12 +180,16 @@ def build_model(
 
 def load_tokenizer(model_args):
     tokenizer = AutoTokenizer.from_pretrained(
-        model_args.tokenizer_name or model_args.model_name_or_path, revision=model_args.model_revision,
-        cache_dir=model_args.cache_dir, trust_remote_code=False,
+        model_args.tokenizer_name or model_args.model_name_or_path,
+        revision=model_args.model_revision,
+        cache_dir=model_args.cache_dir,
+        trust_remote_code=False,
     )
     if tokenizer.pad_token is None:  # decoders (GPT-2, Llama) have none; the attention mask hides it anyway
         if tokenizer.eos_token is None:
-            raise UsageError(f"The tokenizer of {model_args.model_name_or_path} has neither a pad nor an eos token.")
+            raise UsageError(
+                f"The tokenizer of {model_args.model_name_or_path} has neither a pad nor an eos token."
+            )
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
@@ -200,6 +225,8 @@ def choose_max_length(requested: int | None, tokenizer, model) -> int:
             raise UsageError("The backbone states no maximum input length; set --max_seq_length.")
         return limit
     if limit is not None and requested > limit:
-        logger.warning("max_seq_length=%d is more than the backbone takes; using its limit, %d.", requested, limit)
+        logger.warning(
+            "max_seq_length=%d is more than the backbone takes; using its limit, %d.", requested, limit
+        )
         return limit
     return requested

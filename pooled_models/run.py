@@ -81,8 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         # A full disk or a read-only file system is the machine's state, not a bug: one line, and what to do.
         where = f" while writing {error.filename}" if error.filename else ""
-        print(f"train.py: error: {error.strerror}{where}. Free some space (or fix the file system) and run again; "
-              "a run that kept a complete checkpoint continues with --resume_from_checkpoint true.", file=sys.stderr)
+        print(
+            f"train.py: error: {error.strerror}{where}. Free some space (or fix the file system) and run again; "
+            "a run that kept a complete checkpoint continues with --resume_from_checkpoint true.",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -91,7 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 ModelFactory = Callable[[Any, Labels, Any], Any]
 
 
-def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factory: ModelFactory | None = None) -> RunResult:
+def run(
+    argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factory: ModelFactory | None = None
+) -> RunResult:
     """Train and/or evaluate as ``argv`` says; ``callbacks`` are added to the Trainer's.
 
     ``model_factory`` replaces the pooled model by another one, trained and evaluated the same way; such a run
@@ -105,7 +110,9 @@ def run(argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factor
         return _locked_run(staging, model_args, data_args, training_args, callbacks, model_factory)
 
 
-def _locked_run(staging: StagedOutputDir, model_args, data_args, training_args, callbacks, model_factory) -> RunResult:
+def _locked_run(
+    staging: StagedOutputDir, model_args, data_args, training_args, callbacks, model_factory
+) -> RunResult:
     roles = needed_splits(training_args)
     base_model = _resolve_backbone(model_args)
     resuming = training_args.do_train and training_args.resume_from_checkpoint is not None
@@ -116,19 +123,32 @@ def _locked_run(staging: StagedOutputDir, model_args, data_args, training_args, 
         if resuming_last and (published or staging.holds_finished_run()):
             print(f"Nothing to resume: the run had finished. Saved to: {staging.final}")
             return RunResult(output_dir=staging.final, metrics=_published_metrics(staging.final))
-        checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, staging.work) if training_args.do_train else None
+        checkpoint = (
+            resolve_checkpoint(training_args.resume_from_checkpoint, staging.work)
+            if training_args.do_train
+            else None
+        )
     if training_args.should_save:
         staging.check(resuming=checkpoint is not None)
     set_seed(training_args.seed)
 
     saved_config = saved_pooled_config(model_args)
-    splits, labels = prepare_splits(data_args, roles, Labels.from_config(saved_config) if saved_config else None,
-                                    cache_dir=model_args.cache_dir)
+    splits, labels = prepare_splits(
+        data_args,
+        roles,
+        Labels.from_config(saved_config) if saved_config else None,
+        cache_dir=model_args.cache_dir,
+    )
     pos_weight_source = _pos_weight_source(model_args, saved_config)
     resolve_pos_weight(model_args, labels, splits)
     resolve_multi_label_loss(model_args, labels, saved_config)
-    threshold_plan = plan_thresholds(training_args, labels, splits, given=model_args.decision_threshold is not None,
-                                     saved=saved_config is not None and saved_config.decision_threshold is not None)
+    threshold_plan = plan_thresholds(
+        training_args,
+        labels,
+        splits,
+        given=model_args.decision_threshold is not None,
+        saved=saved_config is not None and saved_config.decision_threshold is not None,
+    )
     tokenizer = load_tokenizer(model_args)
     if model_factory is not None:
         model = model_factory(model_args, labels, tokenizer)
@@ -142,10 +162,15 @@ def _locked_run(staging: StagedOutputDir, model_args, data_args, training_args, 
     if training_args.freeze_backbone:
         logger.info("Backbone frozen: %d parameters will not be trained.", freeze_backbone(model))
     if training_args.load_best_model_at_end and not training_args.best_metric_chosen:
-        training_args.metric_for_best_model, training_args.greater_is_better = BEST_MODEL_METRIC[labels.problem_type]
+        training_args.metric_for_best_model, training_args.greater_is_better = BEST_MODEL_METRIC[
+            labels.problem_type
+        ]
 
     # Everything is checked: from here on the run writes, into the staging folder only.
-    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, complete, at the end
+    push_to_hub, training_args.push_to_hub = (
+        training_args.push_to_hub,
+        False,
+    )  # pushed once, complete, at the end
     if training_args.should_save:
         staging.create(resuming=checkpoint is not None)
     training_args.output_dir = str(staging.work)
@@ -169,10 +194,24 @@ def _locked_run(staging: StagedOutputDir, model_args, data_args, training_args, 
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
 
-    if isinstance(model.config, PooledConfig):  # the card describes a pooling; the sweep's vanilla model has none
-        write_model_card(staging.work, staging.final, model, training_args, base_model, data_args, splits, labels,
-                         max_length, metrics, pushed=push_to_hub, threshold_plan=threshold_plan,
-                         pos_weight_source=pos_weight_source)
+    if isinstance(
+        model.config, PooledConfig
+    ):  # the card describes a pooling; the sweep's vanilla model has none
+        write_model_card(
+            staging.work,
+            staging.final,
+            model,
+            training_args,
+            base_model,
+            data_args,
+            splits,
+            labels,
+            max_length,
+            metrics,
+            pushed=push_to_hub,
+            threshold_plan=threshold_plan,
+            pos_weight_source=pos_weight_source,
+        )
     write_results(staging.work, metrics, training_args)
     output_dir = staging.publish(keep_checkpoints=training_args.keep_checkpoints)
     if push_to_hub:
@@ -190,7 +229,9 @@ def _report_failure(staging: StagedOutputDir) -> None:
         return
     skipped = [name for name in incomplete if name not in {path.name for path in kept}]
     logger.error(
-        "The run failed; %s in %s stays for --resume_from_checkpoint true%s.", kept[0].name, staging.work,
+        "The run failed; %s in %s stays for --resume_from_checkpoint true%s.",
+        kept[0].name,
+        staging.work,
         f" ({', '.join(skipped)} is incomplete and will be skipped)" if skipped else "",
     )
 
@@ -211,19 +252,27 @@ def _set_up_logging(training_args) -> None:
 
 def needed_splits(training_args) -> list[str]:
     """The splits the run needs: train (do_train), validation (do_eval), test (do_predict)."""
-    wanted = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
+    wanted = {
+        "train": training_args.do_train,
+        "validation": training_args.do_eval,
+        "test": training_args.do_predict,
+    }
     roles = [role for role, needed in wanted.items() if needed]
     if not roles:
         raise UsageError("Nothing to do: set do_train, do_eval and/or do_predict.")
     if training_args.load_best_model_at_end and not training_args.do_eval:
-        raise UsageError("load_best_model_at_end and early_stopping_patience need validation data and --do_eval.")
+        raise UsageError(
+            "load_best_model_at_end and early_stopping_patience need validation data and --do_eval."
+        )
     return roles
 
 
 def _resolve_backbone(model_args) -> str:
     """Resolve a packaged backbone to its folder; returns the name the model card gives the base model."""
     if not model_args.model_name_or_path:
-        raise UsageError("model_name_or_path is required: a backbone (Hub id or folder) or a model saved by train.py.")
+        raise UsageError(
+            "model_name_or_path is required: a backbone (Hub id or folder) or a model saved by train.py."
+        )
     model_args.model_name_or_path, hub_id = resolve_backbone(model_args.model_name_or_path)
     return hub_id or model_args.model_name_or_path
 
@@ -236,7 +285,12 @@ def _pos_weight_source(model_args, saved_config) -> str | None:
 
 
 def _train_and_evaluate(
-    trainer, splits: dict[str, Split], checkpoint, labels: Labels, data_args, threshold_plan: ThresholdPlan | None
+    trainer,
+    splits: dict[str, Split],
+    checkpoint,
+    labels: Labels,
+    data_args,
+    threshold_plan: ThresholdPlan | None,
 ) -> dict[str, float]:
     metrics: dict[str, float] = {}
     args = trainer.args
@@ -265,7 +319,13 @@ def _train_and_evaluate(
             trainer.log_metrics("test", prediction.metrics)
             metrics.update(prediction.metrics)
         if trainer.is_world_process_zero():
-            write_predictions(Path(args.output_dir) / PREDICTIONS_FILE, test, prediction.predictions, labels,
-                              data_args, trainer.model.config)
+            write_predictions(
+                Path(args.output_dir) / PREDICTIONS_FILE,
+                test,
+                prediction.predictions,
+                labels,
+                data_args,
+                trainer.model.config,
+            )
     metrics["world_size"] = args.world_size
     return metrics

@@ -36,7 +36,14 @@ from typing import Any
 from .checkpoints import checkpoint_problem, checkpoints_in, complete_checkpoints
 from .errors import UsageError
 
-__all__ = ["StagedOutputDir", "OutputDirLock", "RUN_RECORD", "PICKLED_FILES", "STAGE_HOOKS", "read_run_record"]
+__all__ = [
+    "StagedOutputDir",
+    "OutputDirLock",
+    "RUN_RECORD",
+    "PICKLED_FILES",
+    "STAGE_HOOKS",
+    "read_run_record",
+]
 
 logger = logging.getLogger("pooled_models.train")
 
@@ -60,12 +67,19 @@ def _now() -> str:
 
 
 def _process_info() -> dict[str, Any]:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(), "command": " ".join(sys.argv)}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": _now(),
+        "command": " ".join(sys.argv),
+    }
 
 
 def _describe_run(info: dict[str, Any]) -> str:
     command = f", command: {info['command']}" if info.get("command") else ""
-    return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started {info.get('started', '?')}{command}"
+    return (
+        f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started {info.get('started', '?')}{command}"
+    )
 
 
 def _write_json_atomically(path: Path, document: dict[str, Any]) -> None:
@@ -145,8 +159,11 @@ class OutputDirLock:
             os.close(fd)
         previous = self._read(fd)
         if previous:
-            logger.warning("Cleared the lock on %s left by a run that is no longer running (%s).", self.output_dir,
-                           _describe_run(previous))
+            logger.warning(
+                "Cleared the lock on %s left by a run that is no longer running (%s).",
+                self.output_dir,
+                _describe_run(previous),
+            )
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(_process_info()) + "\n").encode(), 0)
         self._fd = fd
@@ -170,7 +187,9 @@ class OutputDirLock:
                 continue
             except OSError as error:
                 self._remove_created_parents()
-                raise UsageError(f"Cannot create the folder {parent} for output_dir: {error.strerror}.") from error
+                raise UsageError(
+                    f"Cannot create the folder {parent} for output_dir: {error.strerror}."
+                ) from error
             self._created_parents.append(parent)
 
     def _remove_created_parents(self) -> None:
@@ -225,9 +244,13 @@ class StagedOutputDir:
         """Folders a run must never replace, whatever the flags say."""
         final = self.final
         if final.is_symlink():
-            raise UsageError(f"output_dir {final} is a symbolic link; give the folder it points to, or a new name.")
+            raise UsageError(
+                f"output_dir {final} is a symbolic link; give the folder it points to, or a new name."
+            )
         if final.exists() and not final.is_dir():
-            raise UsageError(f"output_dir {final} is a file, not a folder; give the name of a folder to create.")
+            raise UsageError(
+                f"output_dir {final} is a file, not a folder; give the name of a folder to create."
+            )
         resolved, cwd, home = final.resolve(), Path.cwd().resolve(), Path.home().resolve()
         reason = None
         if resolved == cwd:
@@ -305,14 +328,19 @@ class StagedOutputDir:
             if not self.final.exists():
                 if finished:
                     self._swap_in(record.get("keep_checkpoints", False))
-                    logger.warning("%s had finished and was stopped while publishing: its model is now in %s.",
-                                   who.capitalize(), self.final)
+                    logger.warning(
+                        "%s had finished and was stopped while publishing: its model is now in %s.",
+                        who.capitalize(),
+                        self.final,
+                    )
                     return True
                 self.replaced.rename(self.final)
                 logger.warning("Moved the model an interrupted run had set aside back to %s.", self.final)
             elif read_run_record(self.replaced) is not None:
                 _remove(self.replaced)
-                logger.warning("Removed %s: the model an interrupted publish had already replaced.", self.replaced)
+                logger.warning(
+                    "Removed %s: the model an interrupted publish had already replaced.", self.replaced
+                )
             else:
                 logger.warning("Left %s alone: it was not written by a train.py run.", self.replaced)
         if finished:
@@ -322,14 +350,21 @@ class StagedOutputDir:
                     "it was not published. Move them away and run again to publish it, or remove the work folder."
                 )
             self._swap_in(record.get("keep_checkpoints", False))
-            logger.warning("%s had finished and was stopped while publishing: its model is now in %s.",
-                           who.capitalize(), self.final)
+            logger.warning(
+                "%s had finished and was stopped while publishing: its model is now in %s.",
+                who.capitalize(),
+                self.final,
+            )
             return True
         if record is not None and not complete_checkpoints(self.work):
             leftovers = "; ".join(f"{path.name}: {checkpoint_problem(path)}" for path in self.checkpoints())
             _remove(self.work)
-            logger.warning("Removed what %s left in %s: no complete checkpoint to resume from%s.", who, self.work,
-                           f" ({leftovers})" if leftovers else "")
+            logger.warning(
+                "Removed what %s left in %s: no complete checkpoint to resume from%s.",
+                who,
+                self.work,
+                f" ({leftovers})" if leftovers else "",
+            )
         return False
 
     def holds_finished_run(self) -> bool:
@@ -343,8 +378,10 @@ class StagedOutputDir:
         if self.work.exists() and not resuming:
             _remove(self.work)
         self.work.mkdir(parents=True, exist_ok=True)
-        _write_json_atomically(self.work / RUN_RECORD, {"writer": "pooled_models train.py", "status": "training",
-                                                        **_process_info()})
+        _write_json_atomically(
+            self.work / RUN_RECORD,
+            {"writer": "pooled_models train.py", "status": "training", **_process_info()},
+        )
         return self.work
 
     def abandon(self) -> list[Path]:
@@ -359,8 +396,11 @@ class StagedOutputDir:
         _reached("final_saved")
         for name in PICKLED_FILES:
             (self.work / name).unlink(missing_ok=True)
-        published = sorted(path.name for path in self.work.iterdir()
-                           if path.name != RUN_RECORD and (keep_checkpoints or path not in self.checkpoints()))
+        published = sorted(
+            path.name
+            for path in self.work.iterdir()
+            if path.name != RUN_RECORD and (keep_checkpoints or path not in self.checkpoints())
+        )
         record = read_run_record(self.work) or {}
         record.update(status="finished", finished=_now(), keep_checkpoints=keep_checkpoints, files=published)
         _write_json_atomically(self.work / RUN_RECORD, record)

@@ -44,7 +44,15 @@ from .pooling import POOLERS
 from .sweep_records import REPORT_FILES, existing_report_files, setting_differences, shared_settings
 from .training import BEST_MODEL_METRIC
 
-__all__ = ["BASELINES", "RunRecord", "Sweep", "SweepInterrupted", "parse_sweep_arguments", "run_sweep", "main"]
+__all__ = [
+    "BASELINES",
+    "RunRecord",
+    "Sweep",
+    "SweepInterrupted",
+    "parse_sweep_arguments",
+    "run_sweep",
+    "main",
+]
 
 logger = logging.getLogger("pooled_models.sweep")
 
@@ -105,27 +113,49 @@ def _parser() -> argparse.ArgumentParser:
         "and write a report (report.md, report.json, report.png). Every other argument is a train.py argument "
         "(see train.py --help) and applies to every run.",
     )
-    parser.add_argument("--poolings", type=_comma_list, default=None,
-                        help=f"comma-separated poolings to compare (default: all registered: {', '.join(POOLERS)}; "
-                        "with --resume, the earlier sweep's)")
-    parser.add_argument("--baselines", type=_comma_list, default=None,
-                        help=f"comma-separated baselines to add, or 'none' (default: {','.join(BASELINES)}; with "
-                        "--resume, the earlier sweep's)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None,
-                        help=f"one run per pooling and seed (default: {DEFAULT_SEED}; with --resume, the earlier "
-                        "sweep's)")
-    parser.add_argument("--report_dir", type=Path, required=True,
-                        help="where the report and the runs go. The report is rewritten after every run, so an "
-                        "interrupted sweep keeps the runs it finished. A folder that already holds a report is "
-                        "refused, unless --resume")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the sweep whose report is in --report_dir: the runs it records as finished "
-                        "are skipped, failed and missing ones run. Refused, before any run, if the data, the problem "
-                        "type or any train.py setting that changes results differs from the earlier sweep's. "
-                        "Poolings, baselines and seeds given are added to the earlier sweep's and run (none are "
-                        "dropped), and the report covers them all. Without a report in the folder, a new sweep starts")
-    parser.add_argument("--keep_models", action="store_true",
-                        help="keep every run's trained model under report_dir/runs (default: only their results)")
+    parser.add_argument(
+        "--poolings",
+        type=_comma_list,
+        default=None,
+        help=f"comma-separated poolings to compare (default: all registered: {', '.join(POOLERS)}; "
+        "with --resume, the earlier sweep's)",
+    )
+    parser.add_argument(
+        "--baselines",
+        type=_comma_list,
+        default=None,
+        help=f"comma-separated baselines to add, or 'none' (default: {','.join(BASELINES)}; with "
+        "--resume, the earlier sweep's)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help=f"one run per pooling and seed (default: {DEFAULT_SEED}; with --resume, the earlier sweep's)",
+    )
+    parser.add_argument(
+        "--report_dir",
+        type=Path,
+        required=True,
+        help="where the report and the runs go. The report is rewritten after every run, so an "
+        "interrupted sweep keeps the runs it finished. A folder that already holds a report is "
+        "refused, unless --resume",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the sweep whose report is in --report_dir: the runs it records as finished "
+        "are skipped, failed and missing ones run. Refused, before any run, if the data, the problem "
+        "type or any train.py setting that changes results differs from the earlier sweep's. "
+        "Poolings, baselines and seeds given are added to the earlier sweep's and run (none are "
+        "dropped), and the report covers them all. Without a report in the folder, a new sweep starts",
+    )
+    parser.add_argument(
+        "--keep_models",
+        action="store_true",
+        help="keep every run's trained model under report_dir/runs (default: only their results)",
+    )
     return parser
 
 
@@ -144,11 +174,15 @@ def parse_sweep_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list
     options.baselines = [] if options.baselines == ["none"] else options.baselines
     unknown = [name for name in options.baselines or [] if name not in BASELINES]
     if unknown:
-        raise UsageError(f"Unknown baseline(s) {', '.join(unknown)}. Valid choices: {', '.join(BASELINES)}, or none.")
+        raise UsageError(
+            f"Unknown baseline(s) {', '.join(unknown)}. Valid choices: {', '.join(BASELINES)}, or none."
+        )
     set_here = [arg for arg in train_arguments if arg.lstrip("-").split("=")[0] in SET_BY_THE_SWEEP]
     if set_here:
-        raise UsageError(f"{', '.join(set_here)}: the sweep sets the pooling, seed and output folder of each run; "
-                         "use --poolings, --seeds and --report_dir.")
+        raise UsageError(
+            f"{', '.join(set_here)}: the sweep sets the pooling, seed and output folder of each run; "
+            "use --poolings, --seeds and --report_dir."
+        )
     if options.seeds and len(set(options.seeds)) != len(options.seeds):
         raise UsageError(f"--seeds has repeats: {options.seeds}.")
     return options, train_arguments
@@ -157,8 +191,19 @@ def parse_sweep_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list
 def _run_arguments(train_arguments: list[str], pooling: str | None, seed: int, output_dir: Path) -> list[str]:
     # Flags after a config file override it, so the sweep's own come last. Every run trains; the sweep compares
     # runs on validation (and test, when there is one), and keeps no checkpoints.
-    arguments = [*train_arguments, "--seed", str(seed), "--output_dir", str(output_dir), "--overwrite_output_dir",
-                 "--do_train", "--save_strategy", "no", "--report_to", "none"]
+    arguments = [
+        *train_arguments,
+        "--seed",
+        str(seed),
+        "--output_dir",
+        str(output_dir),
+        "--overwrite_output_dir",
+        "--do_train",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+    ]
     return arguments + (["--pooling", pooling] if pooling else [])
 
 
@@ -169,7 +214,9 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
-def run_one(name: str, kind: str, seed: int, train_arguments: list[str], runs_dir: Path, keep_model: bool) -> RunRecord:
+def run_one(
+    name: str, kind: str, seed: int, train_arguments: list[str], runs_dir: Path, keep_model: bool
+) -> RunRecord:
     """One run; any error is caught and recorded, so the sweep goes on."""
     from .run import run
 
@@ -216,7 +263,8 @@ def _check_data(train_arguments: list[str], report_dir: Path) -> tuple[str, str,
     from .run import needed_splits
 
     model_args, data_args, training_args = parse_arguments(
-        _run_arguments(train_arguments, None, DEFAULT_SEED, report_dir / "runs" / "check"))
+        _run_arguments(train_arguments, None, DEFAULT_SEED, report_dir / "runs" / "check")
+    )
     if not training_args.do_eval:
         raise UsageError("The sweep compares runs on validation data: set do_eval (and a validation split).")
     splits, labels = prepare_splits(data_args, needed_splits(training_args), cache_dir=model_args.cache_dir)
@@ -242,21 +290,29 @@ def _earlier_sweep(report_dir: Path, resume: bool) -> Sweep | None:
         return None
     names = ", ".join(path.name for path in existing)
     if not resume:
-        raise UsageError(f"{report_dir} already holds a sweep's report ({names}), which sweep.py does not overwrite. "
-                         "Pass --resume to continue that sweep (its finished runs are skipped), or choose another "
-                         "--report_dir.")
+        raise UsageError(
+            f"{report_dir} already holds a sweep's report ({names}), which sweep.py does not overwrite. "
+            "Pass --resume to continue that sweep (its finished runs are skipped), or choose another "
+            "--report_dir."
+        )
     path = report_dir / "report.json"
     if not path.exists():
-        raise UsageError(f"--resume: {report_dir} holds {names} but no report.json, which records the finished runs. "
-                         "Choose another --report_dir.")
+        raise UsageError(
+            f"--resume: {report_dir} holds {names} but no report.json, which records the finished runs. "
+            "Choose another --report_dir."
+        )
     try:
         earlier = Sweep.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError, KeyError) as error:
-        raise UsageError(f"--resume: {path} cannot be read ({error}). Choose another --report_dir.") from error
+        raise UsageError(
+            f"--resume: {path} cannot be read ({error}). Choose another --report_dir."
+        ) from error
     if not earlier.settings:
-        raise UsageError(f"--resume: {path} was written by an earlier sweep.py, which did not record the settings of "
-                         "its runs, so whether new runs would be comparable cannot be checked. Choose another "
-                         "--report_dir.")
+        raise UsageError(
+            f"--resume: {path} was written by an earlier sweep.py, which did not record the settings of "
+            "its runs, so whether new runs would be comparable cannot be checked. Choose another "
+            "--report_dir."
+        )
     return earlier
 
 
@@ -294,17 +350,25 @@ def _new_sweep(options: argparse.Namespace, train_arguments: list[str], earlier:
 
 def _refuse_incomparable(earlier: Sweep, sweep: Sweep, report_dir: Path) -> None:
     """Runs of the resumed sweep must be comparable with the finished ones: same problem, metric and settings."""
-    differences = [f"{what} was {before}, now {now}" for what, before, now in (
-        ("the problem type", earlier.problem_type, sweep.problem_type),
-        ("the main metric", earlier.metric, sweep.metric),
-    ) if before != now]
+    differences = [
+        f"{what} was {before}, now {now}"
+        for what, before, now in (
+            ("the problem type", earlier.problem_type, sweep.problem_type),
+            ("the main metric", earlier.metric, sweep.metric),
+        )
+        if before != now
+    ]
     differences += setting_differences(earlier.settings, sweep.settings)
     if differences:
         raise UsageError(
             f"--resume: the sweep in {report_dir} was made with other settings, and new runs would not be comparable "
-            "with its finished ones:\n  " + "\n  ".join(differences) + "\nIts train.py arguments were: "
-            + (shlex.join(earlier.train_arguments) or "(none)") + "\nResume with the same settings, or choose "
-            "another --report_dir for a new sweep.")
+            "with its finished ones:\n  "
+            + "\n  ".join(differences)
+            + "\nIts train.py arguments were: "
+            + (shlex.join(earlier.train_arguments) or "(none)")
+            + "\nResume with the same settings, or choose "
+            "another --report_dir for a new sweep."
+        )
 
 
 def _finished(sweep: Sweep) -> set[tuple[str, int]]:
@@ -347,8 +411,11 @@ def run_sweep(options: argparse.Namespace, train_arguments: list[str]) -> Sweep:
     runs_dir.mkdir(parents=True, exist_ok=True)
     plan, finished = _plan(sweep), _finished(sweep)
     if earlier is not None:
-        print(f"[sweep] resuming the sweep in {options.report_dir}: {len(finished)} of {len(plan)} runs done, "
-              "the others run now", flush=True)
+        print(
+            f"[sweep] resuming the sweep in {options.report_dir}: {len(finished)} of {len(plan)} runs done, "
+            "the others run now",
+            flush=True,
+        )
     run = "the first run"
     try:
         for index, (name, seed) in enumerate(plan, 1):
@@ -359,9 +426,13 @@ def run_sweep(options: argparse.Namespace, train_arguments: list[str]) -> Sweep:
             record = run_one(name, _kind(name), seed, train_arguments, runs_dir, options.keep_models)
             updated = _with_record(sweep, record)
             write_report(updated, options.report_dir)
-            sweep = updated  # only once its report is written: the runs an interruption reports are the report's
-            print(f"[sweep {index}/{len(plan)}] {run}: {_outcome(record, sweep.metric)} ({record.seconds:.0f} s)",
-                  flush=True)
+            sweep = (
+                updated  # only once its report is written: the runs an interruption reports are the report's
+            )
+            print(
+                f"[sweep {index}/{len(plan)}] {run}: {_outcome(record, sweep.metric)} ({record.seconds:.0f} s)",
+                flush=True,
+            )
     except KeyboardInterrupt as interrupt:
         raise SweepInterrupted(sweep, run, options.report_dir) from interrupt
     finally:
@@ -384,16 +455,25 @@ def _interrupted_message(interrupted: KeyboardInterrupt, argv: list[str]) -> str
         lines = ["sweep.py: interrupted before the first run; nothing was written."]
     elif interrupted.sweep.records:
         records = interrupted.sweep.records
-        finished = [f"{record.name} seed {record.seed}" + (" (failed)" if record.status == "failed" else "")
-                    for record in records]
-        lines = [f"sweep.py: interrupted during {interrupted.run}.",
-                 f"Finished runs ({len(records)}): {', '.join(finished)}.",
-                 "Their report: " + ", ".join(map(str, _report_paths(interrupted.report_dir)))]
+        finished = [
+            f"{record.name} seed {record.seed}" + (" (failed)" if record.status == "failed" else "")
+            for record in records
+        ]
+        lines = [
+            f"sweep.py: interrupted during {interrupted.run}.",
+            f"Finished runs ({len(records)}): {', '.join(finished)}.",
+            "Their report: " + ", ".join(map(str, _report_paths(interrupted.report_dir))),
+        ]
     else:
-        lines = [f"sweep.py: interrupted during {interrupted.run}.", "No run had finished; nothing was written."]
+        lines = [
+            f"sweep.py: interrupted during {interrupted.run}.",
+            "No run had finished; nothing was written.",
+        ]
     resume = [] if "--resume" in argv else ["--resume"]
-    lines.append("To continue (successful runs are skipped, failed ones run again): "
-                 + shlex.join(["python", "sweep.py", *argv, *resume]))
+    lines.append(
+        "To continue (successful runs are skipped, failed ones run again): "
+        + shlex.join(["python", "sweep.py", *argv, *resume])
+    )
     return "\n".join(lines)
 
 

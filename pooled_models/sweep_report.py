@@ -45,7 +45,11 @@ class Row:
 
     @property
     def title(self) -> str:
-        return f"{BASELINE_TITLES.get(self.name, self.name)} (baseline)" if self.kind == "baseline" else self.name
+        return (
+            f"{BASELINE_TITLES.get(self.name, self.name)} (baseline)"
+            if self.kind == "baseline"
+            else self.name
+        )
 
 
 def _mean(values: list[float]) -> float | None:
@@ -61,20 +65,27 @@ def summarise(sweep: Sweep) -> list[Row]:
         records: list[RunRecord] = [record for record in sweep.records if record.name == name]
         ok = [record for record in records if record.status == "ok"]
         values = [float(record.metrics[sweep.metric]) for record in ok if sweep.metric in record.metrics]
-        rows.append(Row(
-            name=name,
-            kind=records[0].kind if records else "pooling",
-            values=values,
-            mean=_mean(values),
-            std=statistics.stdev(values) if len(values) > 1 else None,
-            secondary={key: _mean([record.metrics.get(f"{split}_{key}") for record in ok])
-                       for key in SECONDARY[sweep.problem_type] if key != metric},
-            train_seconds=_mean([record.metrics.get("train_runtime") for record in ok]),
-            samples_per_second=_mean([record.metrics.get("train_samples_per_second") for record in ok]),
-            parameters=ok[0].parameters if ok else None,
-            runs=len(records),
-            failures=[f"seed {record.seed}: {record.error}" for record in records if record.status == "failed"],
-        ))
+        rows.append(
+            Row(
+                name=name,
+                kind=records[0].kind if records else "pooling",
+                values=values,
+                mean=_mean(values),
+                std=statistics.stdev(values) if len(values) > 1 else None,
+                secondary={
+                    key: _mean([record.metrics.get(f"{split}_{key}") for record in ok])
+                    for key in SECONDARY[sweep.problem_type]
+                    if key != metric
+                },
+                train_seconds=_mean([record.metrics.get("train_runtime") for record in ok]),
+                samples_per_second=_mean([record.metrics.get("train_samples_per_second") for record in ok]),
+                parameters=ok[0].parameters if ok else None,
+                runs=len(records),
+                failures=[
+                    f"seed {record.seed}: {record.error}" for record in records if record.status == "failed"
+                ],
+            )
+        )
     sign = 1 if sweep.greater_is_better else -1
     return sorted(rows, key=lambda row: (row.mean is None, -sign * row.mean if row.mean is not None else 0))
 
@@ -89,8 +100,11 @@ def _markdown(sweep: Sweep, rows: list[Row]) -> str:
     seeds = len(sweep.seeds)
     spread = f" ± std over {seeds} seeds" if seeds > 1 else ""
     secondary = [key for key in SECONDARY[sweep.problem_type] if key != metric]
-    header = (["pooling", f"{metric}{spread}"] + secondary
-              + ["train seconds", "train samples/s", "parameters", "runs ok"])
+    header = (
+        ["pooling", f"{metric}{spread}"]
+        + secondary
+        + ["train seconds", "train samples/s", "parameters", "runs ok"]
+    )
     lines = [
         "# Pooling sweep",
         "",
@@ -105,15 +119,24 @@ def _markdown(sweep: Sweep, rows: list[Row]) -> str:
     ]
     for row in rows:
         main = _number(row.mean) + (f" ± {_number(row.std)}" if row.std is not None else "")
-        cells = [row.title, main, *(_number(row.secondary[key]) for key in secondary),
-                 _number(row.train_seconds, 0), _number(row.samples_per_second, 1),
-                 f"{row.parameters:,}" if row.parameters is not None else "–", f"{row.runs - len(row.failures)}/{row.runs}"]
+        cells = [
+            row.title,
+            main,
+            *(_number(row.secondary[key]) for key in secondary),
+            _number(row.train_seconds, 0),
+            _number(row.samples_per_second, 1),
+            f"{row.parameters:,}" if row.parameters is not None else "–",
+            f"{row.runs - len(row.failures)}/{row.runs}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     failures = [(row.title, failure) for row in rows for failure in row.failures]
     if failures:
         lines += ["", "## Failed runs", ""] + [f"- {title}, {failure}" for title, failure in failures]
-    lines += ["", "Parameters: the whole model's (backbone included); for logistic regression, its coefficients.",
-              "train seconds: training (for logistic regression: embedding the splits and fitting every candidate)."]
+    lines += [
+        "",
+        "Parameters: the whole model's (backbone included); for logistic regression, its coefficients.",
+        "train seconds: training (for logistic regression: embedding the splits and fitting every candidate).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -122,7 +145,10 @@ def _partial_note(sweep: Sweep) -> list[str]:
     planned, finished = len(sweep.names) * len(sweep.seeds), len(sweep.records)
     if finished >= planned:
         return []
-    return [f"**Partial report**: {finished} of {planned} runs finished so far (`--resume` runs the others).", ""]
+    return [
+        f"**Partial report**: {finished} of {planned} runs finished so far (`--resume` runs the others).",
+        "",
+    ]
 
 
 def _chart(sweep: Sweep, rows: list[Row], handle: BinaryIO) -> None:
@@ -142,8 +168,11 @@ def _chart(sweep: Sweep, rows: list[Row], handle: BinaryIO) -> None:
     for bar, row in zip(bars, shown, strict=True):
         label = f"{row.mean:.3f}" if row.mean is not None else "failed" if row.runs else "not run yet"
         axis.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {label}", va="center", fontsize=8)
-    axis.set_yticks(range(len(shown)), [row.title if row.kind == "pooling" else f"{row.name} (baseline)" for row in shown],
-                    fontsize=8)
+    axis.set_yticks(
+        range(len(shown)),
+        [row.title if row.kind == "pooling" else f"{row.name} (baseline)" for row in shown],
+        fontsize=8,
+    )
     spread = f", error bars: std over {len(sweep.seeds)} seeds" if len(sweep.seeds) > 1 else ""
     axis.set_xlabel(f"{sweep.metric}{spread}")
     axis.set_title(f"Pooling sweep: {metric} ({sweep.problem_type.replace('_', ' ')})", fontsize=10)

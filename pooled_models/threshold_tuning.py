@@ -51,7 +51,9 @@ class ThresholdPlan:
         }[self.origin]
 
 
-def plan_thresholds(training_args, labels: Labels, splits: dict[str, Split], given: bool, saved: bool) -> ThresholdPlan | None:
+def plan_thresholds(
+    training_args, labels: Labels, splits: dict[str, Split], given: bool, saved: bool
+) -> ThresholdPlan | None:
     """The run's threshold plan (None unless the problem is multi-label), from ``--tune_thresholds``.
 
     ``given``: the user set ``decision_threshold``; ``saved``: the model the run starts from carries one. An explicit
@@ -89,7 +91,9 @@ def plan_thresholds(training_args, labels: Labels, splits: dict[str, Split], giv
     return ThresholdPlan(tuning=tuning, average=training_args.threshold_average, origin=origin)
 
 
-def _why_auto_does_not_tune(training_args, labels: Labels, splits: dict[str, Split], given: bool) -> str | None:
+def _why_auto_does_not_tune(
+    training_args, labels: Labels, splits: dict[str, Split], given: bool
+) -> str | None:
     if labels.problem_type != MULTI_LABEL:
         return f"the labels are {labels.problem_type}"
     if not training_args.do_train:
@@ -106,25 +110,39 @@ def at_default_name(metric: str) -> str:
     return f"eval_{metric}_at_{DEFAULT_THRESHOLD}"
 
 
-def tune_on_validation(trainer, validation: Split, plan: ThresholdPlan) -> tuple[float | list[float], dict[str, float]]:
+def tune_on_validation(
+    trainer, validation: Split, plan: ThresholdPlan
+) -> tuple[float | list[float], dict[str, float]]:
     """The thresholds tuned on the validation split's predictions, and the validation metrics at 0.5.
 
     ``trainer.predict`` gathers the predictions of every process onto every process, so under ``accelerate launch``
     each process tunes on the same scores and ends with the same thresholds.
     """
     prediction = trainer.predict(validation.encoded, metric_key_prefix="eval")
-    logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+    logits = (
+        prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+    )
     targets = prediction.label_ids
-    thresholds = tune_thresholds(probabilities(logits, MULTI_LABEL), targets, per_label=plan.tuning == "per_label",
-                                 average=plan.average)
+    thresholds = tune_thresholds(
+        probabilities(logits, MULTI_LABEL),
+        targets,
+        per_label=plan.tuning == "per_label",
+        average=plan.average,
+    )
     at_default = compute_metrics(logits, targets, MULTI_LABEL, DEFAULT_THRESHOLD)
     tuned = compute_metrics(logits, targets, MULTI_LABEL, thresholds)
     metric = f"f1_{plan.average}"
     logger.info(
         "Decision threshold%s tuned on %d validation rows for %s-F1: %s. Validation %s: %.4f at %s, %.4f tuned "
         "(optimistic: tuned on these rows; the test metrics are the honest ones).",
-        "s" if plan.tuning == "per_label" else "", len(targets), plan.average, _shown(thresholds), metric,
-        at_default[metric], DEFAULT_THRESHOLD, tuned[metric],
+        "s" if plan.tuning == "per_label" else "",
+        len(targets),
+        plan.average,
+        _shown(thresholds),
+        metric,
+        at_default[metric],
+        DEFAULT_THRESHOLD,
+        tuned[metric],
     )
     return thresholds, {at_default_name(name): value for name, value in at_default.items()}
 

@@ -33,7 +33,10 @@ def positive_weights(targets: Any) -> list[float]:
 
 def f1_score(predictions: Any, targets: Any, average: str = "micro") -> float:
     """Micro- or macro-F1 of 0/1 ``[rows, labels]`` predictions; a label with no positive and no prediction scores 0."""
-    predictions, targets = _as_matrix(predictions, "predictions").astype(bool), _as_matrix(targets, "targets") > 0.5
+    predictions, targets = (
+        _as_matrix(predictions, "predictions").astype(bool),
+        _as_matrix(targets, "targets") > 0.5,
+    )
     true_positives = (predictions & targets).sum(axis=0)
     predicted, actual = predictions.sum(axis=0), targets.sum(axis=0)
     if average == "micro":
@@ -47,7 +50,9 @@ def _f1(true_positives, predicted, actual) -> float:
     return float(2 * true_positives / total) if total else 0.0
 
 
-def tune_thresholds(scores: Any, targets: Any, per_label: bool = False, average: str = "micro") -> float | list[float]:
+def tune_thresholds(
+    scores: Any, targets: Any, per_label: bool = False, average: str = "micro"
+) -> float | list[float]:
     """The threshold(s) on ``scores`` (sigmoid probabilities, ``[rows, labels]``) that maximise ``average``-F1.
 
     Global: one threshold for every label. Per label: each label's own threshold; for macro-F1 each
@@ -141,9 +146,17 @@ def predict_label_sets(predictions: Any, config, from_logits: bool | None = None
 
 
 def _is_pipeline_output(predictions: Any) -> bool:
-    return isinstance(predictions, Sequence) and len(predictions) > 0 and (
-        isinstance(predictions[0], Mapping)
-        or (isinstance(predictions[0], Sequence) and len(predictions[0]) > 0 and isinstance(predictions[0][0], Mapping))
+    return (
+        isinstance(predictions, Sequence)
+        and len(predictions) > 0
+        and (
+            isinstance(predictions[0], Mapping)
+            or (
+                isinstance(predictions[0], Sequence)
+                and len(predictions[0]) > 0
+                and isinstance(predictions[0][0], Mapping)
+            )
+        )
     )
 
 

@@ -83,7 +83,9 @@ def _regression_metrics(predicted: np.ndarray, truth: np.ndarray) -> dict[str, f
     if np.ptp(predicted) == 0 or np.ptp(truth) == 0:
         metrics.update(pearson=math.nan, spearman=math.nan)
     else:
-        metrics.update(pearson=float(pearsonr(predicted, truth)[0]), spearman=float(spearmanr(predicted, truth)[0]))
+        metrics.update(
+            pearson=float(pearsonr(predicted, truth)[0]), spearman=float(spearmanr(predicted, truth)[0])
+        )
     return metrics
 
 
@@ -92,7 +94,9 @@ def metrics_function(config) -> Callable[[EvalPrediction], dict[str, float]]:
     read when the metrics are computed, so a threshold set after training counts)."""
 
     def compute(prediction: EvalPrediction) -> dict[str, float]:
-        logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        logits = (
+            prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        )
         threshold = getattr(config, "decision_threshold", None)  # a vanilla model's config may not have one
         return compute_metrics(logits, prediction.label_ids, config.problem_type, threshold)
 
@@ -111,7 +115,10 @@ def head_parameters(model) -> set[int]:
     ``newly_initialized_parameters``: those ``from_pretrained`` found no weights for.
     """
     if hasattr(model, "pooled"):
-        return {id(parameter) for parameter in chain(model.pooled.pooler.parameters(), model.classifier.parameters())}
+        return {
+            id(parameter)
+            for parameter in chain(model.pooled.pooler.parameters(), model.classifier.parameters())
+        }
     new = set(getattr(model, "newly_initialized_parameters", ()))
     return {id(parameter) for name, parameter in model.named_parameters() if name in new}
 

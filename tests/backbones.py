@@ -11,8 +11,15 @@ _COMMON = {"vocab_size": VOCAB_SIZE, "pad_token_id": PAD_ID}
 
 
 def _encoder(config_class, **extra):
-    settings = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37,
-                "max_position_embeddings": 64, **_COMMON, **extra}
+    settings = {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 37,
+        "max_position_embeddings": 64,
+        **_COMMON,
+        **extra,
+    }
     return lambda: config_class(**settings)
 
 
@@ -21,27 +28,53 @@ TINY_BACKBONES = {
     "bert": (_encoder(transformers.BertConfig), "cls"),
     "roberta": (_encoder(transformers.RobertaConfig, max_position_embeddings=66), "cls"),
     "distilbert": (
-        lambda: transformers.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=64, **_COMMON),
+        lambda: transformers.DistilBertConfig(
+            dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=64, **_COMMON
+        ),
         "cls",
     ),
-    "esm": (_encoder(transformers.EsmConfig, mask_token_id=4, position_embedding_type="rotary", token_dropout=False), "cls"),
-    "esm_absolute": (_encoder(transformers.EsmConfig, mask_token_id=4, max_position_embeddings=66, token_dropout=False), "cls"),
+    "esm": (
+        _encoder(
+            transformers.EsmConfig, mask_token_id=4, position_embedding_type="rotary", token_dropout=False
+        ),
+        "cls",
+    ),
+    "esm_absolute": (
+        _encoder(transformers.EsmConfig, mask_token_id=4, max_position_embeddings=66, token_dropout=False),
+        "cls",
+    ),
     "deberta-v2": (
-        _encoder(transformers.DebertaV2Config, relative_attention=True, position_biased_input=False, pos_att_type=["p2c", "c2p"]),
+        _encoder(
+            transformers.DebertaV2Config,
+            relative_attention=True,
+            position_biased_input=False,
+            pos_att_type=["p2c", "c2p"],
+        ),
         "cls",
     ),
     "modernbert": (
-        _encoder(transformers.ModernBertConfig, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2),
+        _encoder(
+            transformers.ModernBertConfig, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2
+        ),
         "cls",
     ),
     "gpt2": (
-        lambda: transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2, **_COMMON),
+        lambda: transformers.GPT2Config(
+            n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2, **_COMMON
+        ),
         "last_token",
     ),
     "llama": (
         lambda: transformers.LlamaConfig(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-            max_position_embeddings=64, bos_token_id=1, eos_token_id=2, **_COMMON,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            bos_token_id=1,
+            eos_token_id=2,
+            **_COMMON,
         ),
         "last_token",
     ),

@@ -25,7 +25,10 @@ def sentence(rng: random.Random, topic: str, length: int = 6) -> str:
 def topic_rows(count: int, seed: int = 0, topics=tuple(WORDS)) -> list[dict]:
     """Single-label rows: a topic's keywords among filler words."""
     rng = random.Random(seed)
-    return [{"text": sentence(rng, topic), "label": topic} for topic in (topics[i % len(topics)] for i in range(count))]
+    return [
+        {"text": sentence(rng, topic), "label": topic}
+        for topic in (topics[i % len(topics)] for i in range(count))
+    ]
 
 
 def multi_label_rows(count: int, seed: int = 0) -> list[dict]:
@@ -44,7 +47,9 @@ def pair_regression_rows(count: int, seed: int = 0) -> list[dict]:
     for _ in range(count):
         first, second = rng.choice(list(WORDS)), rng.choice(list(WORDS))
         score = (1.0 if first == second else 0.0) + rng.uniform(-0.1, 0.1)
-        rows.append({"sentence1": sentence(rng, first), "sentence2": sentence(rng, second), "score": round(score, 3)})
+        rows.append(
+            {"sentence1": sentence(rng, first), "sentence2": sentence(rng, second), "score": round(score, 3)}
+        )
     return rows
 
 
@@ -71,14 +76,29 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
 
 
 # Fast settings for tiny backbones: a few epochs, big steps, no progress bars.
-FAST = ["--num_train_epochs", "3", "--learning_rate", "1e-3", "--per_device_train_batch_size", "16",
-        "--disable_tqdm", "true", "--report_to", "none", "--seed", "0"]
+FAST = [
+    "--num_train_epochs",
+    "3",
+    "--learning_rate",
+    "1e-3",
+    "--per_device_train_batch_size",
+    "16",
+    "--disable_tqdm",
+    "true",
+    "--report_to",
+    "none",
+    "--seed",
+    "0",
+]
 
 
 def train(backbone: str, output_dir: Path, *flags: str, callbacks=()):
     from pooled_models.run import run
 
-    return run(["--model_name_or_path", backbone, "--output_dir", str(output_dir), *FAST, *flags], callbacks=callbacks)
+    return run(
+        ["--model_name_or_path", backbone, "--output_dir", str(output_dir), *FAST, *flags],
+        callbacks=callbacks,
+    )
 
 
 def leftovers(output_dir: Path) -> list[Path]:

@@ -18,10 +18,16 @@ TEXTS = ["I love this.", "This is the worst thing I have ever read, honestly."]
 LABELS = {0: "joy", 1: "anger", 2: "fear"}
 
 
-def save_classifier(folder: Path, minilm_path, tokenizer, problem_type: str) -> PooledForSequenceClassification:
+def save_classifier(
+    folder: Path, minilm_path, tokenizer, problem_type: str
+) -> PooledForSequenceClassification:
     torch.manual_seed(0)
     model = PooledForSequenceClassification.from_backbone(
-        minilm_path, pooling="cls_mean_max", id2label=LABELS, problem_type=problem_type, classifier_head="dense"
+        minilm_path,
+        pooling="cls_mean_max",
+        id2label=LABELS,
+        problem_type=problem_type,
+        classifier_head="dense",
     ).eval()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -40,7 +46,13 @@ def multi_label_folder(tmp_path_factory, minilm_path, minilm_tokenizer):
 def test_saved_folder_holds_config_safetensors_and_code(multi_label_folder):
     folder, _ = multi_label_folder
     files = {path.name for path in folder.iterdir()}
-    assert {"config.json", "model.safetensors", "configuration_pooled.py", "modeling_pooled.py", "pooling.py"} <= files
+    assert {
+        "config.json",
+        "model.safetensors",
+        "configuration_pooled.py",
+        "modeling_pooled.py",
+        "pooling.py",
+    } <= files
     assert not [name for name in files if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"] == {
@@ -89,7 +101,11 @@ def run_without_package(script: str, cwd: Path) -> subprocess.CompletedProcess:
     prelude = "import sys\nsys.modules['pooled_models'] = None  # any import of pooled_models now raises\n"
     env = {**os.environ, "HF_MODULES_CACHE": str(cwd / "modules_cache"), "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(script)], cwd=cwd, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", prelude + textwrap.dedent(script)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=300,
     )
 
@@ -167,7 +183,9 @@ def fake_hub(monkeypatch, tmp_path):
     return api
 
 
-def test_push_to_hub_uploads_a_loadable_self_contained_checkpoint(fake_hub, minilm_path, minilm_tokenizer, tmp_path):
+def test_push_to_hub_uploads_a_loadable_self_contained_checkpoint(
+    fake_hub, minilm_path, minilm_tokenizer, tmp_path
+):
     torch.manual_seed(0)
     model = PooledForSequenceClassification.from_backbone(minilm_path, pooling="lstm", id2label=LABELS).eval()
     model.push_to_hub("someone/pooled-minilm")
@@ -175,7 +193,13 @@ def test_push_to_hub_uploads_a_loadable_self_contained_checkpoint(fake_hub, mini
     uploaded = fake_hub.destination
     assert fake_hub.repo_ids == ["someone/pooled-minilm", "someone/pooled-minilm"]
     names = {path.name for path in uploaded.iterdir()}
-    assert {"config.json", "model.safetensors", "modeling_pooled.py", "configuration_pooled.py", "pooling.py"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_pooled.py",
+        "configuration_pooled.py",
+        "pooling.py",
+    } <= names
     assert not [name for name in names if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
 
     batch = minilm_tokenizer(TEXTS, padding=True, return_tensors="pt")
@@ -209,4 +233,6 @@ def test_weights_are_never_read_from_pickle(multi_label_folder, tmp_path):
 
 def test_from_backbone_refuses_trust_remote_code(minilm_path):
     with pytest.raises(ValueError, match="does not take trust_remote_code"):
-        PooledForSequenceClassification.from_backbone(minilm_path, backbone_kwargs={"trust_remote_code": True})
+        PooledForSequenceClassification.from_backbone(
+            minilm_path, backbone_kwargs={"trust_remote_code": True}
+        )

@@ -6,8 +6,11 @@ from backbones import TINY_BACKBONES, random_batch, repad, tiny_model
 
 from pooled_models import PooledForSequenceClassification
 
-CASES = [(backbone, pooling) for backbone, (_, family_pooling) in sorted(TINY_BACKBONES.items())
-         for pooling in (family_pooling, "mean", "concat_layers")]
+CASES = [
+    (backbone, pooling)
+    for backbone, (_, family_pooling) in sorted(TINY_BACKBONES.items())
+    for pooling in (family_pooling, "mean", "concat_layers")
+]
 
 
 @pytest.mark.parametrize("backbone, pooling", CASES)

@@ -501,10 +501,25 @@ def test_file_and_column_names_in_the_card_are_code_spans_that_hold(tiny_backbon
 
     rows = [{"the `text`": row["text"], "lab|el": row["label"]} for row in topic_rows(12)]
     data = write_rows(tmp_path / "odd`name|.csv", rows)
-    result = train(tiny_backbone_path, tmp_path / "out", "--train_file", str(data), "--do_train", "--num_train_epochs",
-                   "1", "--text_column", "the `text`", "--label_column", "lab|el")
+    result = train(
+        tiny_backbone_path,
+        tmp_path / "out",
+        "--train_file",
+        str(data),
+        "--do_train",
+        "--num_train_epochs",
+        "1",
+        "--text_column",
+        "the `text`",
+        "--label_column",
+        "lab|el",
+    )
     card = (result.output_dir / "README.md").read_text()
-    expected = (f"From local files: {code_span('odd`name|.csv')} (train); text column {code_span('the `text`')}, "
-                f"labels from {code_span('lab|el')}.")
+    expected = (
+        f"From local files: {code_span('odd`name|.csv')} (train); text column {code_span('the `text`')}, "
+        f"labels from {code_span('lab|el')}."
+    )
     assert expected in card
-    assert "``odd`name|.csv``" in expected and "`` the `text` ``" in expected  # fenced past the backticks inside
+    assert (
+        "``odd`name|.csv``" in expected and "`` the `text` ``" in expected
+    )  # fenced past the backticks inside

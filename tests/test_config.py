@@ -20,8 +20,13 @@ REQUIRED_SETTINGS = {"label_tokens": {"label_token_init_ids": [[5], [6, 7], [8]]
 
 @pytest.mark.parametrize("pooling", sorted(POOLERS))
 def test_json_round_trip_is_exact(pooling, tmp_path):
-    original = config(pooling=pooling, num_labels=3, classifier_head="dense", problem_type="multi_label_classification",
-                      **REQUIRED_SETTINGS.get(pooling, {}))
+    original = config(
+        pooling=pooling,
+        num_labels=3,
+        classifier_head="dense",
+        problem_type="multi_label_classification",
+        **REQUIRED_SETTINGS.get(pooling, {}),
+    )
     assert PooledConfig.from_dict(original.to_dict()).to_dict() == original.to_dict()
     original.save_pretrained(tmp_path / "first")
     reloaded = AutoConfig.from_pretrained(tmp_path / "first")
@@ -77,7 +82,9 @@ def test_default_backbone_is_bert_base():
 
 
 def test_unknown_pooling_lists_the_choices():
-    with pytest.raises(ValueError, match=r"Unknown pooling 'average'\. Valid choices: .*cls_mean_max.*weighted_layer"):
+    with pytest.raises(
+        ValueError, match=r"Unknown pooling 'average'\. Valid choices: .*cls_mean_max.*weighted_layer"
+    ):
         config(pooling="average")
 
 
@@ -86,10 +93,19 @@ def test_unknown_pooling_lists_the_choices():
     [
         ({"pooling": "mean", "lstm_hidden_size": 8}, r"lstm_hidden_size=8 does not apply to pooling='mean'"),
         ({"pooling": "cls", "layer_start": 1}, r"layer_start=1 does not apply to pooling='cls'.*none"),
-        ({"pooling": "concat_layers", "gem_p": 2.0}, r"gem_p=2.0 does not apply.*layer_start, layer_token_pooling"),
+        (
+            {"pooling": "concat_layers", "gem_p": 2.0},
+            r"gem_p=2.0 does not apply.*layer_start, layer_token_pooling",
+        ),
         ({"pooling": "lstm", "attention_heads": 2}, r"attention_heads=2 does not apply"),
-        ({"classifier_head": "linear", "classifier_hidden_size": 8}, r"classifier_hidden_size=8 does not apply"),
-        ({"classifier_head": "linear", "classifier_activation": "gelu"}, r"classifier_activation='gelu' does not apply"),
+        (
+            {"classifier_head": "linear", "classifier_hidden_size": 8},
+            r"classifier_hidden_size=8 does not apply",
+        ),
+        (
+            {"classifier_head": "linear", "classifier_activation": "gelu"},
+            r"classifier_activation='gelu' does not apply",
+        ),
     ],
 )
 def test_settings_that_do_not_apply_are_rejected(settings, message):
@@ -101,19 +117,27 @@ def test_settings_that_do_not_apply_are_rejected(settings, message):
 @pytest.mark.parametrize("layer_start", [3, -4, 10])
 def test_layer_index_the_backbone_does_not_have(pooling, layer_start):
     # the tiny BERT has 2 layers: hidden_states 0 (embeddings), 1, 2
-    with pytest.raises(ValueError, match=rf"layer_start={layer_start} is not a layer.*2 layers.*Valid choices: -3 to 2"):
+    with pytest.raises(
+        ValueError, match=rf"layer_start={layer_start} is not a layer.*2 layers.*Valid choices: -3 to 2"
+    ):
         config(pooling=pooling, layer_start=layer_start)
 
 
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"pooling": "concat_layers", "layer_token_pooling": "lstm"}, r"layer_token_pooling must be a token pooling.*Valid choices: attention, cls"),
+        (
+            {"pooling": "concat_layers", "layer_token_pooling": "lstm"},
+            r"layer_token_pooling must be a token pooling.*Valid choices: attention, cls",
+        ),
         ({"pooling": "attention", "attention_heads": 0}, r"attention_heads must be an integer >= 1"),
         ({"pooling": "gem", "gem_p": 0.5}, r"gem_p must be a number >= 1"),
         ({"pooling": "lstm", "lstm_hidden_size": -1}, r"lstm_hidden_size must be an integer >= 1"),
         ({"classifier_head": "mlp"}, r"Unknown classifier_head 'mlp'\. Valid choices: linear, dense"),
-        ({"classifier_head": "dense", "classifier_activation": "swishy"}, r"Unknown classifier_activation 'swishy'\. Valid choices: .*gelu.*tanh"),
+        (
+            {"classifier_head": "dense", "classifier_activation": "swishy"},
+            r"Unknown classifier_activation 'swishy'\. Valid choices: .*gelu.*tanh",
+        ),
         ({"classifier_dropout": 1.5}, r"classifier_dropout must be a number in \[0, 1\)"),
         ({"problem_type": "single_label_classification", "num_labels": 1}, r"requires `num_labels > 1`"),
     ],

@@ -57,7 +57,13 @@ def test_stanzas_are_parsed_with_continued_tags_and_duplicates_counted_once():
     assert sorted(packages) == ["editor", "empty", "libtext", "notags", "todo-only", "viewer"]
     editor = packages["editor"]  # the first stanza of the name; its Tag field continues on an indented line
     assert editor.text == "text editor for programmers"
-    assert editor.tags == ("implemented-in::c", "role::program", "scope::application", "use::editing", "works-with::text")
+    assert editor.tags == (
+        "implemented-in::c",
+        "role::program",
+        "scope::application",
+        "use::editing",
+        "works-with::text",
+    )
     assert packages["notags"].tags == ()
     assert packages["libtext"].text == "text library"
     assert packages["empty"].text == ""
@@ -90,10 +96,28 @@ def test_the_split_is_fixed_by_the_seed_and_follows_the_fractions(tmp_path):
     paths = write_debtags(tmp_path / "debtags", text=text, min_packages=2, seed=3)
     assert [json.loads(line) for line in paths["train"].read_text().splitlines()] == splits["train"]
     # train.py reads the files as multi-label, with the tag names as labels.
-    _, data_args, _ = parse_arguments(["--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval", "--train_file",
-                                       str(paths["train"]), "--validation_file", str(paths["validation"]),
-                                       "--label_column", "labels"])
+    _, data_args, _ = parse_arguments(
+        [
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--do_train",
+            "--do_eval",
+            "--train_file",
+            str(paths["train"]),
+            "--validation_file",
+            str(paths["validation"]),
+            "--label_column",
+            "labels",
+        ]
+    )
     _, labels = prepare_splits(data_args, ["train", "validation"])
     assert labels.problem_type == "multi_label_classification"
-    assert labels.names == ["devel::library", "scope::application", "use::converting", "use::editing", "use::viewing",
-                            "works-with::image", "works-with::text"]
+    assert labels.names == [
+        "devel::library",
+        "scope::application",
+        "use::converting",
+        "use::editing",
+        "use::viewing",
+        "works-with::image",
+        "works-with::text",
+    ]

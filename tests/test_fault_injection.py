@@ -57,7 +57,10 @@ KILLED_RUN = textwrap.dedent(
 PUBLISHED_NOW = "had finished and was stopped while publishing: its model is now in"
 STAGES = {
     "checkpoint_write": ("old", "Skipping checkpoint-8, which is incomplete: no trainer_state.json"),
-    "final_saved": ("old", "Resuming from checkpoint-8, the newest complete checkpoint"),  # the last checkpoint: nothing left to train
+    "final_saved": (
+        "old",
+        "Resuming from checkpoint-8, the newest complete checkpoint",
+    ),  # the last checkpoint: nothing left to train
     "finished": ("old", PUBLISHED_NOW),
     "checkpoint_removed": ("old", PUBLISHED_NOW),
     "moved_aside": ("set aside", PUBLISHED_NOW),
@@ -70,8 +73,17 @@ def setting(tmp_path_factory, tiny_backbone_path):
     """The data, the run's arguments, and the weights of the old model and of an uninterrupted new run."""
     folder = tmp_path_factory.mktemp("faults")
     data = write_rows(folder / "train.csv", topic_rows(32))
-    arguments = ["--train_file", str(data), "--do_train", "--per_device_train_batch_size", "8",
-                 "--num_train_epochs", "2", "--save_strategy", "epoch"]
+    arguments = [
+        "--train_file",
+        str(data),
+        "--do_train",
+        "--per_device_train_batch_size",
+        "8",
+        "--num_train_epochs",
+        "2",
+        "--save_strategy",
+        "epoch",
+    ]
     old = train(tiny_backbone_path, folder / "old", *arguments, "--seed", "0").output_dir
     new = train(tiny_backbone_path, folder / "new", *arguments, "--seed", "1").output_dir
     return arguments + ["--seed", "1"], old, new
@@ -83,19 +95,34 @@ def same_weights(folder: Path, reference: Path) -> bool:
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
-def test_a_kill_at_any_stage_leaves_a_model_intact_and_a_rerun_publishes_the_new_one(stage, setting, tmp_path,
-                                                                                   tiny_backbone_path, caplog):
+def test_a_kill_at_any_stage_leaves_a_model_intact_and_a_rerun_publishes_the_new_one(
+    stage, setting, tmp_path, tiny_backbone_path, caplog
+):
     arguments, old, new = setting
     output_dir = tmp_path / "out"
     train(tiny_backbone_path, output_dir, *arguments[:-2], "--seed", "0")  # the model the killed run replaces
     assert same_weights(output_dir, old)
 
-    command = ["--model_name_or_path", tiny_backbone_path, "--output_dir", str(output_dir), *FAST, *arguments,
-               "--overwrite_output_dir"]
+    command = [
+        "--model_name_or_path",
+        tiny_backbone_path,
+        "--output_dir",
+        str(output_dir),
+        *FAST,
+        *arguments,
+        "--overwrite_output_dir",
+    ]
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_RUN, *command],
-        env={**os.environ, "PYTHONPATH": str(REPO), "KILL_AT": stage, "TEST_TORCH_THREADS": str(torch.get_num_threads())},
-        capture_output=True, text=True, timeout=300,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "KILL_AT": stage,
+            "TEST_TORCH_THREADS": str(torch.get_num_threads()),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
 
@@ -110,8 +137,14 @@ def test_a_kill_at_any_stage_leaves_a_model_intact_and_a_rerun_publishes_the_new
         assert same_weights(output_dir, new) and same_weights(replaced, old)
     assert (tmp_path / "out.lock").exists()  # left by the killed run; the rerun sees it is stale
 
-    result = train(tiny_backbone_path, output_dir, *arguments, "--overwrite_output_dir", "--resume_from_checkpoint",
-                   "true")
+    result = train(
+        tiny_backbone_path,
+        output_dir,
+        *arguments,
+        "--overwrite_output_dir",
+        "--resume_from_checkpoint",
+        "true",
+    )
     assert result.output_dir == output_dir
     assert report in caplog.text
     assert same_weights(output_dir, new)

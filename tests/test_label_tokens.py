@@ -132,8 +132,13 @@ def test_labels_are_split_into_passes_and_long_texts_truncated_keeping_their_las
 
 def test_two_hundred_labels_with_64_positions_train_and_predict():
     model = PooledForSequenceClassification(
-        PooledConfig(backbone_config=tiny_backbone_config("bert"), pooling="label_tokens", num_labels=200,
-                     label_token_init="vocab_mean", problem_type="multi_label_classification")
+        PooledConfig(
+            backbone_config=tiny_backbone_config("bert"),
+            pooling="label_tokens",
+            num_labels=200,
+            label_token_init="vocab_mean",
+            problem_type="multi_label_classification",
+        )
     ).train()
     assert model.config.label_tokens_per_pass == 32  # half of the 64 positions
     batch = random_batch([60, 20, 5])  # the 60-token text is truncated to the 32 positions left
@@ -183,7 +188,9 @@ def test_random_init():
 def test_label_text_init_from_given_ids():
     model = label_model(num_labels=2, label_token_init="label_text", label_token_init_ids=[[7], [8, 9]])
     table = word_embeddings(model)
-    torch.testing.assert_close(model.pooled.pooler.label_embeddings.detach(), torch.stack([table[7], table[8:10].mean(0)]))
+    torch.testing.assert_close(
+        model.pooled.pooler.label_embeddings.detach(), torch.stack([table[7], table[8:10].mean(0)])
+    )
 
 
 def test_minilm_label_text_and_cls_init(minilm_path, minilm_tokenizer):
@@ -196,8 +203,9 @@ def test_minilm_label_text_and_cls_init(minilm_path, minilm_tokenizer):
     torch.testing.assert_close(model.pooled.pooler.label_embeddings.detach(), expected)
     assert model.config.label_token_position == 1  # BERT's tokenizer starts with [CLS]
 
-    cls_model = PooledForSequenceClassification.from_backbone(minilm_path, pooling="label_tokens", id2label=names,
-                                                               label_token_init="cls")
+    cls_model = PooledForSequenceClassification.from_backbone(
+        minilm_path, pooling="label_tokens", id2label=names, label_token_init="cls"
+    )
     cls_row = table[minilm_tokenizer.cls_token_id]
     torch.testing.assert_close(cls_model.pooled.pooler.label_embeddings.detach(), cls_row.expand(3, -1))
 
@@ -210,12 +218,30 @@ def test_minilm_label_text_and_cls_init(minilm_path, minilm_tokenizer):
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"label_token_init": "zeros"}, r"Unknown label_token_init 'zeros'\. Valid choices: label_text, vocab_mean, cls, random"),
-        ({"label_token_scorer": "mlp"}, r"Unknown label_token_scorer 'mlp'\. Valid choices: per_label, shared"),
-        ({"label_token_init": "label_text"}, r"label_token_init='label_text' needs label_token_init_ids.*from_backbone"),
-        ({"label_token_init": "label_text", "label_token_init_ids": [[1]]}, r"one list of token ids per label \(5\), got 1"),
-        ({"label_token_init": "label_text", "label_token_init_ids": [[1], [2], [], [3], [4]]}, r"label_token_init_ids\[2\] = \[\]"),
-        ({"label_token_init_ids": [[1]] * 5}, r"label_token_init_ids does not apply to label_token_init='vocab_mean'"),
+        (
+            {"label_token_init": "zeros"},
+            r"Unknown label_token_init 'zeros'\. Valid choices: label_text, vocab_mean, cls, random",
+        ),
+        (
+            {"label_token_scorer": "mlp"},
+            r"Unknown label_token_scorer 'mlp'\. Valid choices: per_label, shared",
+        ),
+        (
+            {"label_token_init": "label_text"},
+            r"label_token_init='label_text' needs label_token_init_ids.*from_backbone",
+        ),
+        (
+            {"label_token_init": "label_text", "label_token_init_ids": [[1]]},
+            r"one list of token ids per label \(5\), got 1",
+        ),
+        (
+            {"label_token_init": "label_text", "label_token_init_ids": [[1], [2], [], [3], [4]]},
+            r"label_token_init_ids\[2\] = \[\]",
+        ),
+        (
+            {"label_token_init_ids": [[1]] * 5},
+            r"label_token_init_ids does not apply to label_token_init='vocab_mean'",
+        ),
         ({"label_tokens_per_pass": 6}, r"label_tokens_per_pass must be an integer in \[1, num_labels=5\]"),
         ({"label_token_position": -2}, r"label_token_position must be an integer >= 0"),
         ({"position_ids_from_mask": False}, r"needs position_ids_from_mask=True"),
@@ -224,7 +250,9 @@ def test_minilm_label_text_and_cls_init(minilm_path, minilm_tokenizer):
 def test_bad_label_token_settings(settings, message):
     settings.setdefault("label_token_init", "vocab_mean")
     with pytest.raises(ValueError, match=message):
-        PooledConfig(backbone_config=tiny_backbone_config("bert"), pooling="label_tokens", num_labels=5, **settings)
+        PooledConfig(
+            backbone_config=tiny_backbone_config("bert"), pooling="label_tokens", num_labels=5, **settings
+        )
 
 
 def test_labels_that_leave_no_room_for_the_text():
@@ -233,8 +261,12 @@ def test_labels_that_leave_no_room_for_the_text():
 
 
 def test_a_backbone_without_input_embeddings_is_named():
-    config = PooledConfig(backbone_config=tiny_backbone_config("bert"), pooling="label_tokens", num_labels=3,
-                          label_token_init="random")
+    config = PooledConfig(
+        backbone_config=tiny_backbone_config("bert"),
+        pooling="label_tokens",
+        num_labels=3,
+        label_token_init="random",
+    )
     backbone = BertModel(config.backbone_config, add_pooling_layer=False)
 
     def no_embeddings():

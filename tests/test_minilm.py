@@ -16,7 +16,9 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def classifier(minilm_path):
     torch.manual_seed(0)
-    return PooledForSequenceClassification.from_backbone(minilm_path, pooling="attention", num_labels=4).eval()
+    return PooledForSequenceClassification.from_backbone(
+        minilm_path, pooling="attention", num_labels=4
+    ).eval()
 
 
 def test_from_backbone_loads_the_pretrained_weights_exactly(classifier, minilm_path):
@@ -25,7 +27,9 @@ def test_from_backbone_loads_the_pretrained_weights_exactly(classifier, minilm_p
     assert set(backbone) <= set(checkpoint)
     for name, tensor in backbone.items():
         assert torch.equal(tensor, checkpoint[name]), name
-    assert classifier.pooled.backbone.pooler is None  # pooler.dense.* of the checkpoint is deliberately unused
+    assert (
+        classifier.pooled.backbone.pooler is None
+    )  # pooler.dense.* of the checkpoint is deliberately unused
 
 
 def test_mean_pooling_reproduces_sentence_transformers(minilm_path, minilm_tokenizer):
@@ -44,7 +48,9 @@ def test_padding_and_batching_leave_the_logits_unchanged(classifier, minilm_toke
     minilm_tokenizer.padding_side = side
     try:
         with torch.no_grad():
-            alone = torch.cat([classifier(**minilm_tokenizer([text], return_tensors="pt")).logits for text in TEXTS])
+            alone = torch.cat(
+                [classifier(**minilm_tokenizer([text], return_tensors="pt")).logits for text in TEXTS]
+            )
             batched = classifier(**minilm_tokenizer(TEXTS, padding=True, return_tensors="pt")).logits
             padded = classifier(
                 **minilm_tokenizer(TEXTS[2:], padding="max_length", max_length=40, return_tensors="pt")
@@ -57,7 +63,9 @@ def test_padding_and_batching_leave_the_logits_unchanged(classifier, minilm_toke
 
 def test_a_few_steps_lower_the_loss(minilm_path, minilm_tokenizer):
     torch.manual_seed(0)
-    model = PooledForSequenceClassification.from_backbone(minilm_path, pooling="mean_max", num_labels=2).train()
+    model = PooledForSequenceClassification.from_backbone(
+        minilm_path, pooling="mean_max", num_labels=2
+    ).train()
     texts = ["I loved this film", "what a wonderful day", "this was terrible", "I hated every minute"]
     batch = minilm_tokenizer(texts, padding=True, return_tensors="pt")
     labels = torch.tensor([1, 1, 0, 0])

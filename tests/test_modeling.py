@@ -24,8 +24,11 @@ def test_forward_shapes_and_loss(pooling):
 def test_every_trainable_parameter_gets_a_gradient(pooling):
     """What DDP with find_unused_parameters=False needs: no parameter is left out of the graph."""
     model = tiny_model(pooling).train()
-    out = model(**random_batch([5, 3, 7]), token_type_ids=torch.zeros(3, 7, dtype=torch.long),
-                labels=torch.tensor([0, 2, 1]))
+    out = model(
+        **random_batch([5, 3, 7]),
+        token_type_ids=torch.zeros(3, 7, dtype=torch.long),
+        labels=torch.tensor([0, 2, 1]),
+    )
     out.loss.backward()
     missing = [name for name, param in model.named_parameters() if param.requires_grad and param.grad is None]
     assert not missing, f"parameters without a gradient: {missing}"
@@ -99,7 +102,9 @@ def test_hidden_states_and_attentions_only_when_asked():
     model = tiny_model("weighted_layer", attn_implementation="eager")
     batch = random_batch([4, 6])
     plain = model(**batch)
-    assert plain.hidden_states is None and plain.attentions is None  # the pooler read them, the caller did not ask
+    assert (
+        plain.hidden_states is None and plain.attentions is None
+    )  # the pooler read them, the caller did not ask
     full = model(**batch, output_hidden_states=True, output_attentions=True)
     assert len(full.hidden_states) == 3 and full.hidden_states[-1].shape == (2, 6, 32)
     assert len(full.attentions) == 2 and full.attentions[0].shape == (2, 4, 6, 6)
@@ -167,14 +172,38 @@ def test_multi_label_from_float_or_multi_hot_integer_targets(dtype):
 @pytest.mark.parametrize(
     "settings, labels, message",
     [
-        ({}, torch.tensor([0, 3]), r"labels\[1\] = 3 is not a class id: with num_labels=3 class ids must be in \[0, 2\]"),
+        (
+            {},
+            torch.tensor([0, 3]),
+            r"labels\[1\] = 3 is not a class id: with num_labels=3 class ids must be in \[0, 2\]",
+        ),
         ({}, torch.tensor([-2, 1]), r"labels\[0\] = -2 is not a class id"),
-        ({"problem_type": "single_label_classification"}, torch.tensor([0.0, 1.0]), r"expects integer class ids.*got dtype torch.float32"),
+        (
+            {"problem_type": "single_label_classification"},
+            torch.tensor([0.0, 1.0]),
+            r"expects integer class ids.*got dtype torch.float32",
+        ),
         ({}, torch.tensor([0, 1, 2]), r"labels has shape \(3,\) but the batch has 2 rows"),
-        ({"problem_type": "multi_label_classification"}, torch.ones(2, 4), r"expects labels of shape \(2, 3\).*got shape \(2, 4\)"),
-        ({"problem_type": "multi_label_classification"}, torch.tensor([0, 1]), r"expects labels of shape \(2, 3\)"),
-        ({"problem_type": "multi_label_classification"}, torch.tensor([[0, 2.0, 0], [0, 0, 1]]), r"labels\[0, 1\] = 2.0: multi-label targets must lie in \[0, 1\]"),
-        ({"num_labels": 1}, torch.tensor([1.0, float("nan")]), r"regression targets must be finite numbers; row 1"),
+        (
+            {"problem_type": "multi_label_classification"},
+            torch.ones(2, 4),
+            r"expects labels of shape \(2, 3\).*got shape \(2, 4\)",
+        ),
+        (
+            {"problem_type": "multi_label_classification"},
+            torch.tensor([0, 1]),
+            r"expects labels of shape \(2, 3\)",
+        ),
+        (
+            {"problem_type": "multi_label_classification"},
+            torch.tensor([[0, 2.0, 0], [0, 0, 1]]),
+            r"labels\[0, 1\] = 2.0: multi-label targets must lie in \[0, 1\]",
+        ),
+        (
+            {"num_labels": 1},
+            torch.tensor([1.0, float("nan")]),
+            r"regression targets must be finite numbers; row 1",
+        ),
         ({"problem_type": "regression"}, torch.ones(2), r"regression expects labels of shape \(2, 3\)"),
     ],
 )
@@ -200,8 +229,11 @@ def test_token_ids_beyond_the_vocabulary_are_named():
     model = tiny_model("mean")
     batch = random_batch([4, 6])
     batch["input_ids"][1, 2] = 500
-    with pytest.raises(ValueError, match=r"input_ids\[1, 2\] = 500 is not a token id of this model: its vocabulary "
-                                         r"has 120 entries"):
+    with pytest.raises(
+        ValueError,
+        match=r"input_ids\[1, 2\] = 500 is not a token id of this model: its vocabulary "
+        r"has 120 entries",
+    ):
         model(**batch)
 
 

@@ -11,9 +11,7 @@ from pooled_models import PooledConfig, PooledForSequenceClassification
 from pooled_models.thresholds import f1_score, positive_weights, predict_label_sets, tune_thresholds
 
 TARGETS = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 0], [1, 0, 0], [0, 1, 0]])
-SCORES = np.array(
-    [[0.9, 0.2, 0.1], [0.4, 0.35, 0.2], [0.3, 0.1, 0.05], [0.45, 0.3, 0.3], [0.2, 0.32, 0.1]]
-)
+SCORES = np.array([[0.9, 0.2, 0.1], [0.4, 0.35, 0.2], [0.3, 0.1, 0.05], [0.45, 0.3, 0.3], [0.2, 0.32, 0.1]])
 
 
 def brute_force_f1(scores, targets, thresholds, average):
@@ -48,7 +46,9 @@ def test_per_label_thresholds_maximise_f1(average):
     assert len(thresholds) == 3
     assert thresholds[2] == tune_thresholds(SCORES, TARGETS, average=average)  # no positives: the global one
     grid = [np.unique(np.concatenate([[0.001, 0.999], SCORES[:, label] + 1e-3])) for label in range(2)]
-    best = max(brute_force_f1(SCORES, TARGETS, [a, b, thresholds[2]], average) for a, b in itertools.product(*grid))
+    best = max(
+        brute_force_f1(SCORES, TARGETS, [a, b, thresholds[2]], average) for a, b in itertools.product(*grid)
+    )
     assert brute_force_f1(SCORES, TARGETS, thresholds, average) == pytest.approx(best)
 
 
@@ -77,17 +77,26 @@ def test_saved_thresholds_reload_and_change_predictions(tmp_path):
     names = reloaded.config.id2label
     expected = [[names[i] for i in range(3) if scores[row, i] >= thresholds[i]] for row in range(3)]
     assert predict_label_sets(logits, reloaded.config) == expected != at_one_half
-    assert predict_label_sets(scores, reloaded.config) == expected  # scores in [0, 1] are read as probabilities
-    pipeline_rows = [[{"label": names[i], "score": float(scores[row, i])} for i in (2, 0, 1)] for row in range(3)]
+    assert (
+        predict_label_sets(scores, reloaded.config) == expected
+    )  # scores in [0, 1] are read as probabilities
+    pipeline_rows = [
+        [{"label": names[i], "score": float(scores[row, i])} for i in (2, 0, 1)] for row in range(3)
+    ]
     assert predict_label_sets(pipeline_rows, reloaded.config) == expected
     assert predict_label_sets(pipeline_rows[0], reloaded.config) == expected[:1]
 
 
 @pytest.mark.parametrize(
     "settings",
-    [{}, {"multi_label_loss": "focal"}, {"multi_label_loss": "asymmetric"}, {"pos_weight": [1.0, 5.0, 20.0]},
-     {"multi_label_loss": "focal", "focal_gamma": 0.5, "pos_weight": [2.0, 2.0, 2.0]},
-     {"multi_label_loss": "asymmetric", "asymmetric_gamma_pos": 1.0}],
+    [
+        {},
+        {"multi_label_loss": "focal"},
+        {"multi_label_loss": "asymmetric"},
+        {"pos_weight": [1.0, 5.0, 20.0]},
+        {"multi_label_loss": "focal", "focal_gamma": 0.5, "pos_weight": [2.0, 2.0, 2.0]},
+        {"multi_label_loss": "asymmetric", "asymmetric_gamma_pos": 1.0},
+    ],
 )
 def test_every_loss_is_finite_with_gradients_also_for_a_label_without_positives(settings):
     model = tiny_model("mean", num_labels=3, problem_type="multi_label_classification", **settings).train()
@@ -101,8 +110,12 @@ def test_every_loss_is_finite_with_gradients_also_for_a_label_without_positives(
 
 
 def loss_of(logits, targets, **settings):
-    config = PooledConfig(backbone_config=tiny_backbone_config("bert"), num_labels=logits.shape[1],
-                          problem_type="multi_label_classification", **settings)
+    config = PooledConfig(
+        backbone_config=tiny_backbone_config("bert"),
+        num_labels=logits.shape[1],
+        problem_type="multi_label_classification",
+        **settings,
+    )
     from pooled_models.losses import classification_loss
 
     return classification_loss(logits, targets, config)
@@ -115,12 +128,17 @@ def test_loss_formulas():
     torch.testing.assert_close(loss_of(logits, targets), bce)
     torch.testing.assert_close(loss_of(logits, targets, multi_label_loss="focal", focal_gamma=0.0), bce)
     torch.testing.assert_close(
-        loss_of(logits, targets, multi_label_loss="asymmetric", asymmetric_gamma_neg=0.0, asymmetric_clip=0.0), bce
+        loss_of(
+            logits, targets, multi_label_loss="asymmetric", asymmetric_gamma_neg=0.0, asymmetric_clip=0.0
+        ),
+        bce,
     )
     weights = [1.0, 2.0, 3.0, 4.0]
     torch.testing.assert_close(
         loss_of(logits, targets, pos_weight=weights),
-        torch.nn.functional.binary_cross_entropy_with_logits(logits, targets, pos_weight=torch.tensor(weights)),
+        torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, targets, pos_weight=torch.tensor(weights)
+        ),
     )
     # Focusing lowers the loss of easy, confident cases more than that of hard ones.
     assert loss_of(logits, targets, multi_label_loss="focal") < bce
@@ -133,16 +151,27 @@ def test_loss_formulas():
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"multi_label_loss": "hinge"}, r"Unknown multi_label_loss 'hinge'\. Valid choices: bce, focal, asymmetric"),
+        (
+            {"multi_label_loss": "hinge"},
+            r"Unknown multi_label_loss 'hinge'\. Valid choices: bce, focal, asymmetric",
+        ),
         ({"focal_gamma": 2.0}, r"focal_gamma=2.0 does not apply to multi_label_loss='bce'"),
-        ({"multi_label_loss": "focal", "asymmetric_clip": 0.1}, r"asymmetric_clip=0.1 does not apply to multi_label_loss='focal'"),
+        (
+            {"multi_label_loss": "focal", "asymmetric_clip": 0.1},
+            r"asymmetric_clip=0.1 does not apply to multi_label_loss='focal'",
+        ),
         ({"multi_label_loss": "focal", "focal_gamma": -1.0}, r"focal_gamma must be a number in \[0, 100\)"),
         ({"pos_weight": [1.0, 2.0]}, r"pos_weight must be a list of one number per label \(3 labels\)"),
         ({"pos_weight": [1.0, 0.0, 2.0]}, r"pos_weight\[1\] = 0.0 must be a number in \(0, inf\)"),
         ({"decision_threshold": 1.5}, r"decision_threshold = 1.5 must be a number in \(0, 1\)"),
-        ({"decision_threshold": [0.5, 0.5]}, r"decision_threshold must be a number or a list of one number per label"),
-        ({"problem_type": "single_label_classification", "pos_weight": [1.0] * 3},
-         r"pos_weight=\[1.0, 1.0, 1.0\] applies to problem_type='multi_label_classification' only"),
+        (
+            {"decision_threshold": [0.5, 0.5]},
+            r"decision_threshold must be a number or a list of one number per label",
+        ),
+        (
+            {"problem_type": "single_label_classification", "pos_weight": [1.0] * 3},
+            r"pos_weight=\[1.0, 1.0, 1.0\] applies to problem_type='multi_label_classification' only",
+        ),
         ({"problem_type": "regression", "multi_label_loss": "focal"}, r"multi_label_loss='focal' applies to"),
     ],
 )

@@ -15,11 +15,15 @@ from pooled_models.pooling import LayerPooler, TokenPooler, build_pooler, get_po
 
 HIDDEN = 8
 NUM_LAYERS = 4  # hidden_states has NUM_LAYERS + 1 entries
-HIDDEN_STATE_POOLERS = sorted(name for name, cls in POOLERS.items() if issubclass(cls, (TokenPooler, LayerPooler)))
+HIDDEN_STATE_POOLERS = sorted(
+    name for name, cls in POOLERS.items() if issubclass(cls, (TokenPooler, LayerPooler))
+)
 
 
 def make_pooler(name: str, **options):
-    backbone = BertConfig(hidden_size=HIDDEN, num_hidden_layers=NUM_LAYERS, num_attention_heads=2, intermediate_size=16)
+    backbone = BertConfig(
+        hidden_size=HIDDEN, num_hidden_layers=NUM_LAYERS, num_attention_heads=2, intermediate_size=16
+    )
     torch.manual_seed(0)
     pooler = build_pooler(PooledConfig(backbone_config=backbone, pooling=name, **options))
     return pooler.eval()
@@ -73,7 +77,9 @@ REFERENCES = {
     "mean_max": lambda p, L: torch.cat([L[-1].mean(0), L[-1].amax(0)]),
     "cls_mean_max": lambda p, L: torch.cat([L[-1][0], L[-1].amax(0), L[-1].mean(0)]),
     "mean_sqrt_len": lambda p, L: L[-1].sum(0) / math.sqrt(L[-1].shape[0]),
-    "weighted_mean": lambda p, L: (_positions(L[-1].shape[0]) * L[-1]).sum(0) / _positions(L[-1].shape[0]).sum(),
+    "weighted_mean": lambda p, L: (
+        (_positions(L[-1].shape[0]) * L[-1]).sum(0) / _positions(L[-1].shape[0]).sum()
+    ),
     "gem": lambda p, L: L[-1].clamp(min=1e-6).pow(3).mean(0).pow(1 / 3),
     "attention": _reference_attention,
     "concat_layers": lambda p, L: torch.cat([layer[0] for layer in L[-4:]]),
@@ -114,7 +120,9 @@ def test_padding_invariance(name):
 
     for side in ("right", "left"):
         padded = run(pooler, pad(text, extra, side), pad_mask(length, extra, side))[0]
-        torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5, msg=f"{side} padding changed the output")
+        torch.testing.assert_close(
+            padded, alone, atol=1e-5, rtol=1e-5, msg=f"{side} padding changed the output"
+        )
 
         longer = random_layers(1, length + extra)
         shorter = random_layers(1, length - 2)
@@ -122,10 +130,17 @@ def test_padding_invariance(name):
             torch.cat([a, b, c], dim=0)
             for a, b, c in zip(pad(text, extra, side), longer, pad(shorter, extra + 2, side), strict=True)
         ]
-        mask = torch.cat([pad_mask(length, extra, side), torch.ones(1, length + extra, dtype=torch.long),
-                          pad_mask(length - 2, extra + 2, side)])
+        mask = torch.cat(
+            [
+                pad_mask(length, extra, side),
+                torch.ones(1, length + extra, dtype=torch.long),
+                pad_mask(length - 2, extra + 2, side),
+            ]
+        )
         in_batch = run(pooler, batch, mask)[0]
-        torch.testing.assert_close(in_batch, alone, atol=1e-5, rtol=1e-5, msg=f"batching ({side}) changed the output")
+        torch.testing.assert_close(
+            in_batch, alone, atol=1e-5, rtol=1e-5, msg=f"batching ({side}) changed the output"
+        )
 
 
 @pytest.mark.parametrize("name", HIDDEN_STATE_POOLERS)
@@ -177,13 +192,19 @@ def test_every_parameter_gets_a_gradient(name):
     (out * torch.randn_like(out)).sum().backward()
     for param_name, param in pooler.named_parameters():
         assert param.grad is not None, f"{param_name} got no gradient"
-        assert torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, f"{param_name} got a zero gradient"
+        assert torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, (
+            f"{param_name} got a zero gradient"
+        )
 
 
 @pytest.mark.parametrize(
     "name, part, largest",
-    [("max", slice(0, HIDDEN), True), ("mean_max", slice(HIDDEN, 2 * HIDDEN), True),
-     ("cls_mean_max", slice(HIDDEN, 2 * HIDDEN), True), ("min", slice(0, HIDDEN), False)],
+    [
+        ("max", slice(0, HIDDEN), True),
+        ("mean_max", slice(HIDDEN, 2 * HIDDEN), True),
+        ("cls_mean_max", slice(HIDDEN, 2 * HIDDEN), True),
+        ("min", slice(0, HIDDEN), False),
+    ],
 )
 def test_extremes_ignore_zeroed_padding(name, part, largest):
     """The seed bug: padding set to 0 wins the max when every real value is negative."""

@@ -44,8 +44,14 @@ def test_0_1_0_checkpoints_load_without_the_package(tmp_path):
         print(json.dumps(out))
     """
     env = {"HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     logits = json.loads(result.stdout.strip().splitlines()[-1])
     for name, expected in RECORDED["logits"].items():

@@ -51,7 +51,11 @@ def test_config_files_give_the_same_arguments_as_flags(tmp_path, suffix):
     assert from_file[1] == from_flags[1]
     assert from_file[2].to_dict() == from_flags[2].to_dict()
     model_args, data_args, training_args = from_file
-    assert (model_args.pooling, model_args.attention_heads, model_args.classifier_head) == ("attention", 2, "dense")
+    assert (model_args.pooling, model_args.attention_heads, model_args.classifier_head) == (
+        "attention",
+        2,
+        "dense",
+    )
     assert data_args.label_column == "topic" and data_args.example_texts == ["one", "two"]
     assert training_args.learning_rate == 3e-5 and training_args.do_train
 
@@ -79,7 +83,14 @@ def test_every_pooled_config_setting_is_an_argument():
     config_names = {item.name for item in pooled_config_fields()}
     assert config_names <= argument_names
     assert "backbone_config" not in argument_names and "id2label" not in argument_names
-    assert {"pooling", "layer_start", "attention_heads", "gem_p", "classifier_head", "position_ids_from_mask"} <= config_names
+    assert {
+        "pooling",
+        "layer_start",
+        "attention_heads",
+        "gem_p",
+        "classifier_head",
+        "position_ids_from_mask",
+    } <= config_names
 
 
 def test_a_setting_added_to_the_config_becomes_a_flag_automatically():
@@ -98,10 +109,21 @@ def test_a_setting_added_to_the_config_becomes_a_flag_automatically():
     arguments = dataclasses.make_dataclass("Arguments", model_argument_fields(ExtendedConfig))
     parser = HfArgumentParser(arguments)
     (parsed,) = parser.parse_args_into_dataclasses(
-        ["--label_token_init", "names", "--label_token_scale", "0.5", "--label_token_map", '{"joy": "happy"}'],
+        [
+            "--label_token_init",
+            "names",
+            "--label_token_scale",
+            "0.5",
+            "--label_token_map",
+            '{"joy": "happy"}',
+        ],
         look_for_args_file=False,
     )
-    assert (parsed.label_token_init, parsed.label_token_scale, parsed.label_token_map) == ("names", 0.5, {"joy": "happy"})
+    assert (parsed.label_token_init, parsed.label_token_scale, parsed.label_token_map) == (
+        "names",
+        0.5,
+        {"joy": "happy"},
+    )
     assert parsed.label_token_names == ["a", "b"]
     help_text = parser.format_help()
     assert "How the label embeddings start." in help_text
@@ -148,8 +170,14 @@ def test_training_defaults_follow_the_validation_data():
     _, _, evaluating = parse_arguments(["--output_dir", "o", "--do_train", "--do_eval"])
     assert (evaluating.eval_strategy, evaluating.save_strategy) == ("epoch", "epoch")
     _, _, training_only = parse_arguments(["--output_dir", "o", "--do_train"])
-    assert (training_only.eval_strategy, training_only.save_strategy, training_only.do_eval) == ("no", "epoch", False)
-    _, _, early = parse_arguments(["--output_dir", "o", "--do_train", "--do_eval", "--early_stopping_patience", "2"])
+    assert (training_only.eval_strategy, training_only.save_strategy, training_only.do_eval) == (
+        "no",
+        "epoch",
+        False,
+    )
+    _, _, early = parse_arguments(
+        ["--output_dir", "o", "--do_train", "--do_eval", "--early_stopping_patience", "2"]
+    )
     assert early.load_best_model_at_end and not early.best_metric_chosen
 
 
@@ -160,14 +188,28 @@ def test_output_dir_is_required():
 
 def test_inconsistent_training_settings_are_usage_errors():
     with pytest.raises(UsageError, match="save and eval strategy to match"):
-        parse_arguments(["--output_dir", "o", "--do_train", "--do_eval", "--early_stopping_patience", "2",
-                         "--save_strategy", "steps"])
+        parse_arguments(
+            [
+                "--output_dir",
+                "o",
+                "--do_train",
+                "--do_eval",
+                "--early_stopping_patience",
+                "2",
+                "--save_strategy",
+                "steps",
+            ]
+        )
 
 
 @pytest.mark.parametrize(
     "flags, expected",
-    [([], None), (["--pos_weight", "auto"], "auto"), (["--pos_weight", "1", "4.5"], [1.0, 4.5]),
-     (["--pos_weight", "[1, 4.5]"], [1.0, 4.5])],
+    [
+        ([], None),
+        (["--pos_weight", "auto"], "auto"),
+        (["--pos_weight", "1", "4.5"], [1.0, 4.5]),
+        (["--pos_weight", "[1, 4.5]"], [1.0, 4.5]),
+    ],
 )
 def test_pos_weight_is_auto_or_one_number_per_label(flags, expected):
     model_args, _, _ = parse_arguments(["--output_dir", "o", *flags])
@@ -176,7 +218,9 @@ def test_pos_weight_is_auto_or_one_number_per_label(flags, expected):
 
 def test_pos_weight_from_a_config_file_and_its_errors(tmp_path):
     for value, expected in (("auto", "auto"), ([1, 2], [1.0, 2.0])):
-        model_args, _, _ = parse_arguments([str(write_config(tmp_path, ".yaml", {"output_dir": "o", "pos_weight": value}))])
+        model_args, _, _ = parse_arguments(
+            [str(write_config(tmp_path, ".yaml", {"output_dir": "o", "pos_weight": value}))]
+        )
         assert model_args.pos_weight == expected
     for flags in (["--pos_weight", "often"], ["--pos_weight", "1", "auto"], ["--pos_weight", '[1, "a"]']):
         with pytest.raises(UsageError, match="pos_weight must be 'auto' .* or one number per label"):

@@ -49,11 +49,15 @@ def test_multi_label_metrics_use_the_threshold_on_sigmoid_scores():
 
 
 def test_multi_label_metrics_take_one_threshold_per_label():
-    logits = np.log(np.array([[0.4, 0.6], [0.2, 0.9]]) / (1 - np.array([[0.4, 0.6], [0.2, 0.9]])))  # these sigmoids
+    logits = np.log(
+        np.array([[0.4, 0.6], [0.2, 0.9]]) / (1 - np.array([[0.4, 0.6], [0.2, 0.9]]))
+    )  # these sigmoids
     labels = np.array([[1.0, 0.0], [0.0, 1.0]])
     # label 0 at 0.3: predicted for row 0 only (right); label 1 at 0.7: predicted for row 1 only (right)
     assert compute_metrics(logits, labels, "multi_label_classification", [0.3, 0.7])["exact_match"] == 1.0
-    assert compute_metrics(logits, labels, "multi_label_classification")["exact_match"] == 0.5  # 0.5: row 0 misses label 0
+    assert (
+        compute_metrics(logits, labels, "multi_label_classification")["exact_match"] == 0.5
+    )  # 0.5: row 0 misses label 0
 
 
 def test_regression_metrics():
@@ -86,7 +90,9 @@ def test_head_parameters_are_the_pooler_and_classifier():
 
     model = tiny_model("attention")
     head = head_parameters(model)
-    expected = {id(p) for name, p in model.named_parameters() if name.startswith(("pooled.pooler.", "classifier."))}
+    expected = {
+        id(p) for name, p in model.named_parameters() if name.startswith(("pooled.pooler.", "classifier."))
+    }
     assert head == expected and head
     assert not head & {id(p) for p in model.pooled.backbone.parameters()}
 
@@ -101,7 +107,9 @@ def test_the_committed_demo_data_is_what_the_generator_writes():
 
     for split, rows in demo_rows().items():
         with open(REPO / "data" / "demo" / f"{split}.csv", newline="", encoding="utf-8") as handle:
-            assert list(csv.DictReader(handle)) == rows, "regenerate with: python -m pooled_models.demo_data data/demo"
+            assert list(csv.DictReader(handle)) == rows, (
+                "regenerate with: python -m pooled_models.demo_data data/demo"
+            )
 
 
 def test_demo_splits_are_balanced_and_disjoint():
@@ -109,7 +117,9 @@ def test_demo_splits_are_balanced_and_disjoint():
     texts = [row["text"] for rows in splits.values() for row in rows]
     assert len(texts) == len(set(texts))
     for rows in splits.values():
-        counts = {label: sum(row["label"] == label for row in rows) for label in {row["label"] for row in rows}}
+        counts = {
+            label: sum(row["label"] == label for row in rows) for label in {row["label"] for row in rows}
+        }
         assert len(counts) == 4 and len(set(counts.values())) == 1
 
 
@@ -148,16 +158,29 @@ def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
     from pooled_models.heads import LinearHead
     from pooled_models.model_card import CardFacts, render_model_card
 
-    config = PooledConfig(backbone_config=tiny_backbone_config("bert"), pooling="gem", num_labels=3,
-                          id2label={0: "anger", 1: "joy", 2: "fear"}, problem_type="multi_label_classification")
+    config = PooledConfig(
+        backbone_config=tiny_backbone_config("bert"),
+        pooling="gem",
+        num_labels=3,
+        id2label={0: "anger", 1: "joy", 2: "fear"},
+        problem_type="multi_label_classification",
+    )
     facts = CardFacts(
-        model_name="emotions", repo_id="someone/emotions", base_model="FacebookAI/roberta-base",
-        base_model_on_hub=True, config=config, head_class=LinearHead, data_description="From the Hub dataset go_emotions.",
-        dataset_name="google-research-datasets/go_emotions", dataset_config="simplified",
+        model_name="emotions",
+        repo_id="someone/emotions",
+        base_model="FacebookAI/roberta-base",
+        base_model_on_hub=True,
+        config=config,
+        head_class=LinearHead,
+        data_description="From the Hub dataset go_emotions.",
+        dataset_name="google-research-datasets/go_emotions",
+        dataset_config="simplified",
         data_format="google-research-datasets/go_emotions",
         split_sources={"validation": "google-research-datasets/go_emotions (simplified)"},
-        splits=[{"name": "train", "rows": 10, "truncated": 1}], max_seq_length=128,
-        training_settings={"seed": 3}, evaluation={"validation": {"f1_micro": 0.61234, "f1_macro": float("nan")}},
+        splits=[{"name": "train", "rows": 10, "truncated": 1}],
+        max_seq_length=128,
+        training_settings={"seed": 3},
+        evaluation={"validation": {"f1_micro": 0.61234, "f1_macro": float("nan")}},
         example_text="I'm so happy for you!",
     )
     path = tmp_path / "README.md"
@@ -167,10 +190,20 @@ def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
     assert card.data.datasets == ["google-research-datasets/go_emotions"]
     assert card.data.tags == ["pooled_models", "pooling-gem", "multi-label-classification"]
     (result,) = card.data.eval_results  # the NaN macro-F1 is not claimed as a result
-    assert (result.metric_type, result.metric_value, result.metric_args) == ("f1", 0.6123, {"average": "micro"})
+    assert (result.metric_type, result.metric_value, result.metric_args) == (
+        "f1",
+        0.6123,
+        {"average": "micro"},
+    )
     assert (result.dataset_type, result.dataset_config, result.dataset_split) == (
-        "google-research-datasets/go_emotions", "simplified", "validation")
-    assert '"someone/emotions", top_k=None)' in card.text and "print(classify(\"I'm so happy for you!\"))" in card.text
+        "google-research-datasets/go_emotions",
+        "simplified",
+        "validation",
+    )
+    assert (
+        '"someone/emotions", top_k=None)' in card.text
+        and 'print(classify("I\'m so happy for you!"))' in card.text
+    )
     assert "The head is `linear`: Dropout and a linear layer (BERT style) (dropout 0.1)." in card.text
     assert "| `gem_p` | `3.0` |" in card.text and "| validation | n/a | 0.6123 |" in card.text
 

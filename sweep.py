@@ -7,7 +7,7 @@ See pooled_models/sweep.py and the README ("Which pooling for my data?").
 
 import sys
 
-from pooled_models.sweep import main
+from pooled_models.sweep.runner import main
 
 if __name__ == "__main__":
     sys.exit(main())

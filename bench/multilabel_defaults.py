@@ -18,7 +18,7 @@ from pathlib import Path
 
 from accuracy import REPO, data_arguments, data_files  # bench/ is on sys.path when this script runs
 
-from pooled_models.sweep import run_one
+from pooled_models.sweep.runner import run_one
 
 BCE = ["--multi_label_loss", "bce"]
 SETTINGS = {

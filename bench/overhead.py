@@ -33,7 +33,7 @@ from transformers import AutoModelForSequenceClassification  # noqa: E402
 
 import pooled_models  # noqa: E402
 from pooled_models import PooledForSequenceClassification  # noqa: E402
-from pooled_models.pooling import LayerPooler  # noqa: E402
+from pooled_models.modeling.pooling import LayerPooler  # noqa: E402
 
 TOKEN_TARGET, LAYER_TARGET, LABEL_TOKEN_TARGET = 1.03, 1.10, 1.05
 VANILLA = "vanilla"

@@ -7,9 +7,9 @@ with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``.
 
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
-from .configuration_pooled import PooledConfig
-from .modeling_pooled import PooledForSequenceClassification, PooledModel, PooledPreTrainedModel
-from .pooling import POOLERS, LayerPooler, Pooler, TokenPooler, get_pooler_class, register_pooler
+from .modeling.configuration_pooled import PooledConfig
+from .modeling.modeling_pooled import PooledForSequenceClassification, PooledModel, PooledPreTrainedModel
+from .modeling.pooling import POOLERS, LayerPooler, Pooler, TokenPooler, get_pooler_class, register_pooler
 
 __version__ = "0.1.0"
 

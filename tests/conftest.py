@@ -6,7 +6,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# helpers.py (shared by every test room) and bench/corpora (the benchmark corpora, whose builders are tested here).
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -33,7 +35,7 @@ def minilm_tokenizer(minilm_path):
 def tiny_backbone_path(tmp_path_factory, minilm_tokenizer) -> str:
     """A tiny random BERT (2 layers, hidden 32, 64 positions) saved with the MiniLM tokenizer: a real folder that
     train.py can start from in seconds."""
-    from backbones import tiny_backbone_config
+    from helpers import tiny_backbone_config
     from transformers import BertModel
 
     folder = tmp_path_factory.mktemp("tiny_bert")

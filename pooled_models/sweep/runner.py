@@ -1,0 +1,494 @@
+"""Which pooling for my data? Train one model per pooling on the same data, backbone, seeds and budget, plus the
+two baselines, and write a report (:mod:`pooled_models.sweep_report`).
+
+    python sweep.py configs/quickstart.yaml --poolings mean,cls,attention --seeds 0 1 2 --report_dir report
+    python sweep.py --model_name_or_path ... --train_file ... --validation_file ... --report_dir report
+
+Everything that is not a sweep option is a train.py argument and applies to every run. Each run is a train.py
+run in this process, with ``--pooling``, ``--seed`` and ``--output_dir`` set by the sweep; a run that fails is
+reported with its error and the others go on.
+
+Nothing finished is lost. The report is rewritten after every run, each file replaced atomically
+(:mod:`pooled_models.sweep_records`), so an interrupted sweep (Ctrl-C, SIGTERM, a kill) leaves a complete report of
+the runs it finished. Ctrl-C stops the sweep with exit status 130 and prints the finished runs, the report and the
+command that continues it:
+
+    python sweep.py configs/quickstart.yaml --poolings mean,cls,attention --seeds 0 1 2 --report_dir report --resume
+
+``--resume`` skips the runs report.json records as finished, and runs the failed and missing ones; poolings,
+baselines and seeds given are added to the earlier sweep's (and default to them). Only report.json says what is
+finished, never a folder under report_dir/runs: an interrupted run removes its folders, and a run that is not
+recorded runs again and replaces whatever a kill left. A resumed sweep whose runs would not be comparable with the
+finished ones (another problem type, main metric, data file contents or train.py setting) is refused before any
+run, with the settings that differ; without ``--resume``, a folder that holds a report is refused, not overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ..modeling.pooling import POOLERS
+from ..train.arguments import UsageError, parse_arguments
+from ..train.trainer import BEST_MODEL_METRIC
+from .baselines import logistic_regression_baseline, vanilla_model
+from .records import REPORT_FILES, existing_report_files, setting_differences, shared_settings
+
+__all__ = [
+    "BASELINES",
+    "RunRecord",
+    "Sweep",
+    "SweepInterrupted",
+    "parse_sweep_arguments",
+    "run_sweep",
+    "main",
+]
+
+logger = logging.getLogger("pooled_models.sweep")
+
+BASELINES = ("vanilla", "logistic_regression")
+DEFAULT_SEED = 42
+# train.py arguments the sweep sets itself, one value per run.
+SET_BY_THE_SWEEP = ("pooling", "seed", "output_dir")
+
+
+@dataclass
+class RunRecord:
+    """One run of the sweep: a pooling (or a baseline) with one seed."""
+
+    name: str  # the pooling, or the baseline's name
+    kind: str  # "pooling" or "baseline"
+    seed: int
+    status: str = "ok"  # "ok" or "failed"
+    error: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)  # train.py's: train_*, eval_*, test_*
+    parameters: int | None = None
+    seconds: float | None = None  # wall time of the whole run (data, training, evaluation, saving)
+
+
+@dataclass
+class Sweep:
+    """What the sweep ran and found; the report is written from this."""
+
+    problem_type: str
+    metric: str  # the main metric, e.g. "test_f1_macro"
+    greater_is_better: bool
+    names: list[str]
+    seeds: list[int]
+    train_arguments: list[str]
+    # The train.py settings every run shares (sweep_records.shared_settings): what --resume checks.
+    settings: dict[str, Any] = field(default_factory=dict)
+    records: list[RunRecord] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, document: dict[str, Any]) -> Sweep:
+        """The sweep a report.json describes (its summary, derived from the records, is left out)."""
+        values = {item.name: document[item.name] for item in fields(cls) if item.name in document}
+        values["records"] = [RunRecord(**record) for record in document.get("records", [])]
+        return cls(**values)
+
+
+def _comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sweep.py",
+        allow_abbrev=False,  # --pooling and --seed are train.py flags the sweep refuses, not short for its own
+        description="Train one model per pooling on the same data, backbone, seeds and budget, with two baselines, "
+        "and write a report (report.md, report.json, report.png). Every other argument is a train.py argument "
+        "(see train.py --help) and applies to every run.",
+    )
+    parser.add_argument(
+        "--poolings",
+        type=_comma_list,
+        default=None,
+        help=f"comma-separated poolings to compare (default: all registered: {', '.join(POOLERS)}; "
+        "with --resume, the earlier sweep's)",
+    )
+    parser.add_argument(
+        "--baselines",
+        type=_comma_list,
+        default=None,
+        help=f"comma-separated baselines to add, or 'none' (default: {','.join(BASELINES)}; with "
+        "--resume, the earlier sweep's)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help=f"one run per pooling and seed (default: {DEFAULT_SEED}; with --resume, the earlier sweep's)",
+    )
+    parser.add_argument(
+        "--report_dir",
+        type=Path,
+        required=True,
+        help="where the report and the runs go. The report is rewritten after every run, so an "
+        "interrupted sweep keeps the runs it finished. A folder that already holds a report is "
+        "refused, unless --resume",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the sweep whose report is in --report_dir: the runs it records as finished "
+        "are skipped, failed and missing ones run. Refused, before any run, if the data, the problem "
+        "type or any train.py setting that changes results differs from the earlier sweep's. "
+        "Poolings, baselines and seeds given are added to the earlier sweep's and run (none are "
+        "dropped), and the report covers them all. Without a report in the folder, a new sweep starts",
+    )
+    parser.add_argument(
+        "--keep_models",
+        action="store_true",
+        help="keep every run's trained model under report_dir/runs (default: only their results)",
+    )
+    return parser
+
+
+def parse_sweep_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The sweep's own options, and the train.py arguments every run gets (config file first, if any).
+
+    ``poolings``, ``baselines`` and ``seeds`` are None when not given: the defaults, or with ``--resume`` the
+    earlier sweep's, which only ``run_sweep`` reads.
+    """
+    options, train_arguments = _parser().parse_known_args(list(argv))
+    registered = list(POOLERS)
+    options.poolings = options.poolings or None  # --poolings "" too
+    unknown = [name for name in options.poolings or [] if name not in registered]
+    if unknown:
+        raise UsageError(f"Unknown pooling(s) {', '.join(unknown)}. Valid choices: {', '.join(registered)}.")
+    options.baselines = [] if options.baselines == ["none"] else options.baselines
+    unknown = [name for name in options.baselines or [] if name not in BASELINES]
+    if unknown:
+        raise UsageError(
+            f"Unknown baseline(s) {', '.join(unknown)}. Valid choices: {', '.join(BASELINES)}, or none."
+        )
+    set_here = [arg for arg in train_arguments if arg.lstrip("-").split("=")[0] in SET_BY_THE_SWEEP]
+    if set_here:
+        raise UsageError(
+            f"{', '.join(set_here)}: the sweep sets the pooling, seed and output folder of each run; "
+            "use --poolings, --seeds and --report_dir."
+        )
+    if options.seeds and len(set(options.seeds)) != len(options.seeds):
+        raise UsageError(f"--seeds has repeats: {options.seeds}.")
+    return options, train_arguments
+
+
+def _run_arguments(train_arguments: list[str], pooling: str | None, seed: int, output_dir: Path) -> list[str]:
+    # Flags after a config file override it, so the sweep's own come last. Every run trains; the sweep compares
+    # runs on validation (and test, when there is one), and keeps no checkpoints.
+    arguments = [
+        *train_arguments,
+        "--seed",
+        str(seed),
+        "--output_dir",
+        str(output_dir),
+        "--overwrite_output_dir",
+        "--do_train",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+    ]
+    return arguments + (["--pooling", pooling] if pooling else [])
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, SystemExit):  # argparse prints its message to stderr and exits
+        return f"train.py rejected the arguments (exit status {error.code}; its message is in the log above)"
+    message = " ".join(str(error).split())
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def run_one(
+    name: str, kind: str, seed: int, train_arguments: list[str], runs_dir: Path, keep_model: bool
+) -> RunRecord:
+    """One run; any error is caught and recorded, so the sweep goes on."""
+    from ..train.run import run
+
+    record = RunRecord(name=name, kind=kind, seed=seed)
+    output_dir = runs_dir / f"{name}-seed{seed}"
+    pooling = name if kind == "pooling" else None
+    arguments = _run_arguments(train_arguments, pooling, seed, output_dir)
+    start = time.perf_counter()
+    try:
+        if name == "logistic_regression":
+            metrics = logistic_regression_baseline(arguments)
+            record.parameters = metrics.pop("parameters")
+        else:
+            result = run(arguments, model_factory=vanilla_model if name == "vanilla" else None)
+            metrics, record.parameters = result.metrics, result.parameters
+        record.metrics = {key: value for key, value in metrics.items() if _is_number_or_list(value)}
+    except KeyboardInterrupt:
+        # An interrupted run has no result, so none of its folders may stay and look like one.
+        _tidy_run_folders(output_dir, keep_model=False)
+        raise
+    except BaseException as error:  # noqa: BLE001 - a failed run is a result of the sweep, not its end
+        record.status, record.error = "failed", _describe(error)
+        logger.debug("%s seed %d failed:\n%s", name, seed, traceback.format_exc())
+    record.seconds = time.perf_counter() - start
+    _tidy_run_folders(output_dir, keep_model)
+    return record
+
+
+def _tidy_run_folders(output_dir: Path, keep_model: bool) -> None:
+    """Remove the run's model unless it is kept, and the ``.incomplete`` folder a failed train.py run can leave."""
+    if not keep_model:
+        shutil.rmtree(output_dir, ignore_errors=True)
+    shutil.rmtree(output_dir.with_name(output_dir.name + ".incomplete"), ignore_errors=True)
+
+
+def _is_number_or_list(value: Any) -> bool:
+    return isinstance(value, (int, float, list)) and not isinstance(value, bool)
+
+
+def _check_data(train_arguments: list[str], report_dir: Path) -> tuple[str, str, dict[str, Any]]:
+    """Check the data once, before any run, and return the problem type, the metric the sweep ranks by (train.py's
+    best-model metric, on the test split when it is labelled, else on validation) and the settings all runs share."""
+    from ..train.data import prepare_splits
+    from ..train.run import needed_splits
+
+    model_args, data_args, training_args = parse_arguments(
+        _run_arguments(train_arguments, None, DEFAULT_SEED, report_dir / "runs" / "check")
+    )
+    if not training_args.do_eval:
+        raise UsageError("The sweep compares runs on validation data: set do_eval (and a validation split).")
+    splits, labels = prepare_splits(data_args, needed_splits(training_args), cache_dir=model_args.cache_dir)
+    split = "test" if "test" in splits and splits["test"].labelled else "eval"
+    metric = f"{split}_{BEST_MODEL_METRIC[labels.problem_type][0]}"
+    return labels.problem_type, metric, shared_settings(model_args, data_args, training_args)
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep's run. ``sweep`` holds the runs finished before it, which the report in ``report_dir``
+    already shows; ``run`` is the interrupted one, e.g. "pooling cls, seed 1"."""
+
+    def __init__(self, sweep: Sweep, run: str, report_dir: Path):
+        super().__init__(run)
+        self.sweep, self.run, self.report_dir = sweep, run, report_dir
+
+
+def _earlier_sweep(report_dir: Path, resume: bool) -> Sweep | None:
+    """The sweep whose report is in ``report_dir``, to resume; None when there is none. A report is never
+    overwritten: without ``resume``, one in the folder is refused."""
+    existing = existing_report_files(report_dir)
+    if not existing:
+        return None
+    names = ", ".join(path.name for path in existing)
+    if not resume:
+        raise UsageError(
+            f"{report_dir} already holds a sweep's report ({names}), which sweep.py does not overwrite. "
+            "Pass --resume to continue that sweep (its finished runs are skipped), or choose another "
+            "--report_dir."
+        )
+    path = report_dir / "report.json"
+    if not path.exists():
+        raise UsageError(
+            f"--resume: {report_dir} holds {names} but no report.json, which records the finished runs. "
+            "Choose another --report_dir."
+        )
+    try:
+        earlier = Sweep.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise UsageError(
+            f"--resume: {path} cannot be read ({error}). Choose another --report_dir."
+        ) from error
+    if not earlier.settings:
+        raise UsageError(
+            f"--resume: {path} was written by an earlier sweep.py, which did not record the settings of "
+            "its runs, so whether new runs would be comparable cannot be checked. Choose another "
+            "--report_dir."
+        )
+    return earlier
+
+
+def _union(first: Sequence[Any], second: Sequence[Any]) -> list[Any]:
+    return list(dict.fromkeys([*first, *second]))
+
+
+def _names_and_seeds(options: argparse.Namespace, earlier: Sweep | None) -> tuple[list[str], list[int]]:
+    """The poolings and baselines (in that order), and the seeds, of the sweep to run. Resuming, the command's are
+    added to the earlier sweep's, so that its runs are all finished and none is dropped from the report."""
+    if earlier is None:
+        poolings = options.poolings or list(POOLERS)
+        baselines = list(BASELINES) if options.baselines is None else options.baselines
+        return [*poolings, *baselines], options.seeds or [DEFAULT_SEED]
+    poolings = _union([name for name in earlier.names if _kind(name) == "pooling"], options.poolings or [])
+    baselines = _union([name for name in earlier.names if _kind(name) == "baseline"], options.baselines or [])
+    return [*poolings, *baselines], _union(earlier.seeds, options.seeds or [])
+
+
+def _new_sweep(options: argparse.Namespace, train_arguments: list[str], earlier: Sweep | None) -> Sweep:
+    """The sweep to run, with the earlier sweep's records when resuming."""
+    problem_type, metric, settings = _check_data(train_arguments, options.report_dir)
+    names, seeds = _names_and_seeds(options, earlier)
+    return Sweep(
+        problem_type=problem_type,
+        metric=metric,
+        greater_is_better=BEST_MODEL_METRIC[problem_type][1],
+        names=names,
+        seeds=seeds,
+        train_arguments=list(train_arguments),
+        settings=settings,
+        records=list(earlier.records) if earlier else [],
+    )
+
+
+def _refuse_incomparable(earlier: Sweep, sweep: Sweep, report_dir: Path) -> None:
+    """Runs of the resumed sweep must be comparable with the finished ones: same problem, metric and settings."""
+    differences = [
+        f"{what} was {before}, now {now}"
+        for what, before, now in (
+            ("the problem type", earlier.problem_type, sweep.problem_type),
+            ("the main metric", earlier.metric, sweep.metric),
+        )
+        if before != now
+    ]
+    differences += setting_differences(earlier.settings, sweep.settings)
+    if differences:
+        raise UsageError(
+            f"--resume: the sweep in {report_dir} was made with other settings, and new runs would not be comparable "
+            "with its finished ones:\n  "
+            + "\n  ".join(differences)
+            + "\nIts train.py arguments were: "
+            + (shlex.join(earlier.train_arguments) or "(none)")
+            + "\nResume with the same settings, or choose "
+            "another --report_dir for a new sweep."
+        )
+
+
+def _finished(sweep: Sweep) -> set[tuple[str, int]]:
+    """The runs a resumed sweep skips: the ones its report records as successful (a failed run runs again)."""
+    return {(record.name, record.seed) for record in sweep.records if record.status == "ok"}
+
+
+def _kind(name: str) -> str:
+    return "baseline" if name in BASELINES else "pooling"
+
+
+def _plan(sweep: Sweep) -> list[tuple[str, int]]:
+    """Every run of the sweep, ``(name, seed)``, in the order they run: all poolings and baselines, seed by seed."""
+    return [(name, seed) for seed in sweep.seeds for name in sweep.names]
+
+
+def _with_record(sweep: Sweep, record: RunRecord) -> Sweep:
+    """The sweep with ``record`` added, in place of an earlier record of the same run."""
+    records = [old for old in sweep.records if (old.name, old.seed) != (record.name, record.seed)]
+    return replace(sweep, records=[*records, record])
+
+
+def _outcome(record: RunRecord, metric: str) -> str:
+    if record.status == "failed":
+        return f"FAILED: {record.error}"
+    value = record.metrics.get(metric)
+    return f"{metric} {value:.4f}" if isinstance(value, float) else f"no {metric}"
+
+
+def run_sweep(options: argparse.Namespace, train_arguments: list[str]) -> Sweep:
+    """Run the sweep; the report in ``options.report_dir`` is rewritten after every run, so an interrupted sweep
+    keeps the runs it finished (Ctrl-C raises :class:`SweepInterrupted`, which says which)."""
+    from .report import write_report
+
+    earlier = _earlier_sweep(options.report_dir, options.resume)
+    sweep = _new_sweep(options, train_arguments, earlier)
+    if earlier is not None:
+        _refuse_incomparable(earlier, sweep, options.report_dir)
+    runs_dir = options.report_dir / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    plan, finished = _plan(sweep), _finished(sweep)
+    if earlier is not None:
+        print(
+            f"[sweep] resuming the sweep in {options.report_dir}: {len(finished)} of {len(plan)} runs done, "
+            "the others run now",
+            flush=True,
+        )
+    run = "the first run"
+    try:
+        for index, (name, seed) in enumerate(plan, 1):
+            if (name, seed) in finished:
+                continue
+            run = f"{_kind(name)} {name}, seed {seed}"
+            print(f"[sweep {index}/{len(plan)}] {run} ...", flush=True)
+            record = run_one(name, _kind(name), seed, train_arguments, runs_dir, options.keep_models)
+            updated = _with_record(sweep, record)
+            write_report(updated, options.report_dir)
+            sweep = (
+                updated  # only once its report is written: the runs an interruption reports are the report's
+            )
+            print(
+                f"[sweep {index}/{len(plan)}] {run}: {_outcome(record, sweep.metric)} ({record.seconds:.0f} s)",
+                flush=True,
+            )
+    except KeyboardInterrupt as interrupt:
+        raise SweepInterrupted(sweep, run, options.report_dir) from interrupt
+    finally:
+        _remove_if_empty(runs_dir)
+    return sweep
+
+
+def _remove_if_empty(folder: Path) -> None:
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
+def _report_paths(folder: Path) -> list[Path]:
+    return [folder / name for name in REPORT_FILES]
+
+
+def _interrupted_message(interrupted: KeyboardInterrupt, argv: list[str]) -> str:
+    """What Ctrl-C leaves: the runs finished (in the report) and the command that continues the sweep."""
+    if not isinstance(interrupted, SweepInterrupted):  # while the arguments and data were checked
+        lines = ["sweep.py: interrupted before the first run; nothing was written."]
+    elif interrupted.sweep.records:
+        records = interrupted.sweep.records
+        finished = [
+            f"{record.name} seed {record.seed}" + (" (failed)" if record.status == "failed" else "")
+            for record in records
+        ]
+        lines = [
+            f"sweep.py: interrupted during {interrupted.run}.",
+            f"Finished runs ({len(records)}): {', '.join(finished)}.",
+            "Their report: " + ", ".join(map(str, _report_paths(interrupted.report_dir))),
+        ]
+    else:
+        lines = [
+            f"sweep.py: interrupted during {interrupted.run}.",
+            "No run had finished; nothing was written.",
+        ]
+    resume = [] if "--resume" in argv else ["--resume"]
+    lines.append(
+        "To continue (successful runs are skipped, failed ones run again): "
+        + shlex.join(["python", "sweep.py", *argv, *resume])
+    )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        options, train_arguments = parse_sweep_arguments(argv)
+        sweep = run_sweep(options, train_arguments)
+    except UsageError as error:
+        print(f"sweep.py: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as interrupted:
+        print(_interrupted_message(interrupted, argv), file=sys.stderr)
+        return 130  # the shell's status for Ctrl-C (128 + SIGINT)
+    print((options.report_dir / "report.md").read_text())
+    print("Report: " + ", ".join(map(str, _report_paths(options.report_dir))))
+    return 0 if any(record.status == "ok" for record in sweep.records) else 1

@@ -1,0 +1,552 @@
+"""train.py's arguments: model, data and training settings, from a YAML/JSON config file and flags.
+
+The model arguments are derived from ``PooledConfig``'s own fields, so a pooling or head setting added to
+the config is a command-line flag (and a config-file key) without touching this file. Help texts come from
+``PooledConfig``'s docstring, where every setting is documented once.
+
+Nothing here makes transformers run code from a checkpoint or a config file: ``trust_remote_code`` and the
+keys that name code (``auto_map``, ``custom_pipelines``) are refused wherever they appear.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import inspect
+import json
+import os
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from transformers import HfArgumentParser, PreTrainedConfig, TrainingArguments
+
+from ..modeling.configuration_pooled import PooledConfig
+from ..modeling.losses import PROBLEM_TYPES
+from ..modeling.pooling import POOLERS
+from ..thresholds import AVERAGES
+from .errors import UsageError
+
+__all__ = [
+    "UsageError",
+    "ModelArguments",
+    "DataArguments",
+    "PooledTrainingArguments",
+    "CONFIG_FILE_SUFFIXES",
+    "REFUSED_KEYS",
+    "pooled_config_fields",
+    "model_argument_fields",
+    "pooled_config_kwargs",
+    "parse_pos_weight",
+    "THRESHOLD_TUNING",
+    "read_config_file",
+    "parse_arguments",
+]
+
+CONFIG_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+# Settings that would make transformers import and run code named by a checkpoint or a config file.
+REFUSED_KEYS = ("trust_remote_code", "auto_map", "custom_pipelines")
+
+# Where train.py's default differs from PooledConfig's (see the README's "Defaults" section for the measurements).
+# multi_label_loss: unset, train.py chooses by problem type (model_setup.resolve_multi_label_loss).
+CLI_MODEL_DEFAULTS: dict[str, Any] = {"multi_label_loss": None}
+CLI_MODEL_HELP = {
+    "multi_label_loss": "train.py's default: 'asymmetric' for a multi-label run (measured on the debtags benchmark; "
+    "README, Defaults), left unset otherwise.",
+}
+
+# Settings train.py can also compute from the training split, when given as "auto"; the flag takes text (the word, or
+# the numbers), which parse_pos_weight turns into the config's value. name -> what the help adds.
+FROM_TRAINING_DATA = "auto"
+DATA_DERIVED_SETTINGS = {
+    "pos_weight": "train.py: 'auto' computes it from the training split's labels (negatives / positives per label); "
+    "or give one number per label (--pos_weight 1 4.5 2, or a JSON list).",
+}
+
+# --tune_thresholds: how train.py chooses the multi-label decision threshold(s) on the validation split.
+THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
+
+# train.py's optimisation defaults where they differ from TrainingArguments' (README, "Defaults").
+HEAD_LEARNING_RATE = 1e-3
+NUM_TRAIN_EPOCHS = 4.0
+TRAIN_BATCH_SIZE = 16
+
+
+# ----------------------------------------------------------------------------------------------------
+# Model arguments, derived from PooledConfig
+# ----------------------------------------------------------------------------------------------------
+
+
+def _base_config_fields() -> set[str]:
+    return {item.name for item in dataclasses.fields(PreTrainedConfig)}
+
+
+def pooled_config_fields(config_class: type = PooledConfig) -> list[dataclasses.Field]:
+    """PooledConfig's own settings (pooling, head...), without the base config's and ``backbone_config``."""
+    skipped = _base_config_fields() | {"backbone_config"}
+    return [item for item in dataclasses.fields(config_class) if item.init and item.name not in skipped]
+
+
+def _resolved_types(config_class: type) -> dict[str, Any]:
+    # PooledConfig's annotations are strings (postponed evaluation). Resolving them on a stand-in class holding
+    # only its own fields avoids the base class's annotations, which name torch types.
+    own = {item.name: item.type for item in pooled_config_fields(config_class)}
+    stand_in = type("PooledConfigFields", (), {"__annotations__": own, "__module__": config_class.__module__})
+    return typing.get_type_hints(stand_in)
+
+
+def _documented_settings(config_class: type) -> dict[str, str]:
+    """``name -> help`` parsed from the ``Args:`` section of the config's docstring."""
+    doc = inspect.cleandoc(config_class.__doc__ or "")
+    entries = re.findall(r"^ {4}(\w+) \([^\n]*\):\n((?: {8}[^\n]*\n?)+)", doc, flags=re.MULTILINE)
+    return {name: " ".join(text.split()) for name, text in entries}
+
+
+_SCALARS = (str, int, float, bool)
+
+
+def _argument_type(annotation: Any) -> Any:
+    """The type HfArgumentParser is given for a config field."""
+    arguments = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    if _flag_friendly(annotation) or (len(arguments) == 1 and _flag_friendly(arguments[0])):
+        return annotation  # X or X | None
+    # Anything richer (a dict, a list of lists, a union of several types) is given as JSON on the command line.
+    return JSONValue | None
+
+
+def _flag_friendly(annotation: Any) -> bool:
+    """A scalar, a Literal, or a list of scalars: what argparse parses from flags by itself."""
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        return all(item in _SCALARS for item in typing.get_args(annotation))
+    return annotation in _SCALARS or origin is Literal
+
+
+class JSONValue:
+    """argparse type of settings richer than a scalar or a list: the flag's text parsed as JSON (or kept as text)."""
+
+    def __new__(cls, text: str) -> Any:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+
+
+def _config_default(config_field: dataclasses.Field) -> Any:
+    if config_field.default is not dataclasses.MISSING:
+        return config_field.default
+    if config_field.default_factory is not dataclasses.MISSING:
+        return config_field.default_factory()
+    return None
+
+
+def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, Any, dataclasses.Field]]:
+    """``make_dataclass`` fields for every setting of ``config_class``: its type, default and documented help."""
+    types = _resolved_types(config_class)
+    helps = _documented_settings(config_class)
+    fields = []
+    for config_field in pooled_config_fields(config_class):
+        annotation = _argument_type(types[config_field.name])
+        default = CLI_MODEL_DEFAULTS.get(config_field.name, _config_default(config_field))
+        metadata = {"help": helps.get(config_field.name, "A PooledConfig setting.")}
+        if config_field.name in CLI_MODEL_HELP:
+            metadata["help"] += " " + CLI_MODEL_HELP[config_field.name]
+        if config_field.name in DATA_DERIVED_SETTINGS:
+            annotation = list[str] | None
+            metadata["help"] += " " + DATA_DERIVED_SETTINGS[config_field.name]
+        if config_field.name == "pooling":
+            metadata["choices"] = (
+                POOLERS.keys()
+            )  # a live view: poolers registered after this import count too
+        if isinstance(default, (list, dict)):
+            argument = field(
+                default_factory=lambda default=default: copy.deepcopy(default), metadata=metadata
+            )
+        else:
+            argument = field(default=default, metadata=metadata)
+        fields.append((config_field.name, annotation, argument))
+    return fields
+
+
+@dataclass
+class BackboneArguments:
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "The backbone: a Hub id or a local folder of any model built into transformers (BERT, RoBERTa, "
+            "ESM, DeBERTa, ModernBERT, ...). A folder saved by train.py continues from that pooled model."
+        },
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer to use, if not the one saved with the backbone."}
+    )
+    model_revision: str | None = field(
+        default=None, metadata={"help": "Branch, tag or commit of a Hub backbone."}
+    )
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Where downloaded backbones and datasets are cached."}
+    )
+
+
+def parse_pos_weight(value: Any) -> str | list[float] | None:
+    """``pos_weight`` as a flag or a config file gives it: None, ``"auto"`` or one number per label.
+
+    Accepted: ``--pos_weight auto``, ``--pos_weight 1 4.5 2``, ``--pos_weight '[1, 4.5, 2]'``, and in a config file
+    ``pos_weight: auto`` or ``pos_weight: [1, 4.5, 2]``.
+    """
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else list(value)
+    if len(items) == 1 and isinstance(items[0], str):
+        text = items[0].strip()
+        if text == FROM_TRAINING_DATA:
+            return FROM_TRAINING_DATA
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except json.JSONDecodeError:
+                items = None
+    try:
+        numbers = [float(item) for item in items if not isinstance(item, bool)]
+    except (TypeError, ValueError):
+        numbers = []
+    if not numbers or len(numbers) != len(items):
+        raise UsageError(
+            f"pos_weight must be '{FROM_TRAINING_DATA}' (negatives / positives per label in the training split) or "
+            f"one number per label, got {value!r}."
+        )
+    return numbers
+
+
+def _check_model_arguments(self) -> None:
+    self.pos_weight = parse_pos_weight(self.pos_weight)
+
+
+ModelArguments = dataclasses.make_dataclass(
+    "ModelArguments",
+    model_argument_fields(),
+    bases=(BackboneArguments,),
+    namespace={
+        "__doc__": "The backbone, and every PooledConfig setting (pooling, head...) as its own argument.",
+        "__module__": __name__,
+        "_argument_group_name": "model: the backbone, and every PooledConfig setting (pooling, head)",
+        "__post_init__": _check_model_arguments,
+    },
+)
+
+
+def pooled_config_kwargs(model_args) -> dict[str, Any]:
+    """The PooledConfig settings the user chose: those that differ from PooledConfig's own defaults."""
+    chosen = {}
+    for config_field in pooled_config_fields():
+        value = getattr(model_args, config_field.name)
+        if value is None and config_field.name in CLI_MODEL_DEFAULTS:
+            continue  # left to train.py, which fills it in once the problem type is known
+        if value != _config_default(config_field):
+            chosen[config_field.name] = value
+    return chosen
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data arguments
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataArguments:
+    _argument_group_name = "data"
+
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "A dataset on the Hugging Face Hub (or anything else load_dataset reads)."},
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "The configuration of dataset_name."}
+    )
+    train_split_name: str = field(default="train", metadata={"help": "Split of dataset_name to train on."})
+    validation_split_name: str = field(
+        default="validation", metadata={"help": "Split of dataset_name to evaluate on."}
+    )
+    test_split_name: str = field(
+        default="test", metadata={"help": "Split of dataset_name to test and predict on."}
+    )
+    train_file: str | None = field(
+        default=None, metadata={"help": "A .csv, .tsv, .json, .jsonl or .parquet file."}
+    )
+    validation_file: str | None = field(default=None, metadata={"help": "Same formats as train_file."})
+    test_file: str | None = field(
+        default=None,
+        metadata={"help": "Same formats as train_file; its label column is optional (prediction only)."},
+    )
+    text_column: str = field(default="text", metadata={"help": "The column holding the text."})
+    text_pair_column: str | None = field(
+        default=None, metadata={"help": "A second text column, for sentence-pair tasks (encoded as a pair)."}
+    )
+    label_column: str = field(default="label", metadata={"help": "The column holding the label."})
+    problem_type: Literal[
+        "auto", "single_label_classification", "multi_label_classification", "regression"
+    ] = field(
+        default="auto",
+        metadata={
+            "help": "auto: detected from the label column (strings or integers: single-label; lists: multi-label; "
+            "floats: regression)."
+        },
+    )
+    label_separator: str | None = field(
+        default=None,
+        metadata={
+            "help": "Multi-label labels given as one string per row, e.g. 'joy|fear' with '|' (csv files)."
+        },
+    )
+    skip_unseen_labels: bool = field(
+        default=False,
+        metadata={
+            "help": "Drop validation/test rows whose label never occurs in training (default: an error)."
+        },
+    )
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Truncate texts to this many tokens. Defaults to, and is capped at, the backbone's limit."
+        },
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N training rows."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N validation rows."}
+    )
+    max_predict_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N test rows."}
+    )
+    example_texts: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "After saving, classify these texts with pipeline() from the saved folder and print them."
+        },
+    )
+
+    def __post_init__(self):
+        valid = ("auto", *PROBLEM_TYPES)
+        if self.problem_type not in valid:
+            raise UsageError(
+                f"Unknown problem_type {self.problem_type!r}. Valid choices: {', '.join(valid)}."
+            )
+        local = [self.train_file, self.validation_file, self.test_file]
+        if self.dataset_name and any(local):
+            raise UsageError(
+                "Give either dataset_name (a Hub dataset) or local files (train_file...), not both."
+            )
+        if self.max_seq_length is not None and self.max_seq_length < 1:
+            raise UsageError(f"max_seq_length must be >= 1, got {self.max_seq_length}.")
+        if self.label_separator == "":
+            raise UsageError("label_separator must not be empty.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training arguments: TrainingArguments with the defaults measured for pooled classifiers, and a few more
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PooledTrainingArguments(TrainingArguments):
+    _argument_group_name = (
+        "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
+    )
+
+    # head_learning_rate and num_train_epochs were measured (bench/multilabel_defaults.py; README, "Defaults"); the
+    # batch size, warmup and weight decay are the usual fine-tuning recipe. output_dir has no default, so a run
+    # never writes into a folder nobody asked for.
+    learning_rate: float = field(default=5e-5, metadata={"help": "Learning rate of the backbone."})
+    head_learning_rate: float | None = field(
+        default=HEAD_LEARNING_RATE,
+        metadata={
+            "help": "Learning rate of the pooler and head, which start from random weights and so need larger "
+            "steps than the pretrained backbone."
+        },
+    )
+    num_train_epochs: float = field(
+        default=NUM_TRAIN_EPOCHS, metadata={"help": "Number of passes over the training data."}
+    )
+    per_device_train_batch_size: int = field(
+        default=TRAIN_BATCH_SIZE, metadata={"help": "Training batch size per process."}
+    )
+    warmup_steps: float = field(
+        default=0.1,
+        metadata={"help": "Linear warmup: a number of steps, or a fraction of all steps when below 1."},
+    )
+    weight_decay: float = field(
+        default=0.01, metadata={"help": "AdamW weight decay (not on biases and norms)."}
+    )
+    freeze_backbone: bool = field(default=False, metadata={"help": "Train only the pooler and head."})
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "Stop after this many evaluations without improvement of metric_for_best_model, and keep the "
+            "best model (turns on load_best_model_at_end)."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Replace an existing output_dir (only once the new run has succeeded)."},
+    )
+    keep_checkpoints: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep the checkpoint-* folders (optimizer state, for resuming) in the finished output_dir."
+        },
+    )
+    eval_strategy: str = field(
+        default="auto",
+        metadata={
+            "help": "When to evaluate during training: 'no', 'steps', 'epoch', or 'auto': every epoch with --do_eval."
+        },
+    )
+    save_strategy: str = field(
+        default="auto",
+        metadata={
+            "help": "When to save a checkpoint: 'no', 'steps', 'epoch', 'best', or 'auto': like eval_strategy "
+            "when evaluating, else every epoch."
+        },
+    )
+    save_total_limit: int | None = field(
+        default=2, metadata={"help": "Keep at most this many checkpoints (the best one is always kept)."}
+    )
+    logging_steps: float = field(default=50, metadata={"help": "Log the training loss every N steps."})
+    tune_thresholds: Literal["auto", "global", "per_label", "none"] = field(
+        default="auto",
+        metadata={
+            "help": "Multi-label: after training, choose the decision threshold that maximises F1 on the validation "
+            "split and save it in config.json. 'global': one for every label; 'per_label': one per label; 'none': "
+            "keep decision_threshold (0.5 unless set); 'auto': global when a multi-label run trains with validation "
+            "data and decision_threshold is not set, else none."
+        },
+    )
+    threshold_average: Literal["micro", "macro"] = field(
+        default="micro", metadata={"help": "The F1 that tune_thresholds maximises: micro- or macro-averaged."}
+    )
+
+    def __post_init__(self):
+        if self.output_dir is None:
+            raise UsageError("output_dir is required: the folder the trained model is saved in.")
+        # A config file's values bypass argparse's choices.
+        for name, valid in (("tune_thresholds", THRESHOLD_TUNING), ("threshold_average", AVERAGES)):
+            if getattr(self, name) not in valid:
+                raise UsageError(
+                    f"Unknown {name} {getattr(self, name)!r}. Valid choices: {', '.join(valid)}."
+                )
+        if self.head_learning_rate is not None and self.head_learning_rate < 0:
+            raise UsageError(f"head_learning_rate must be >= 0, got {self.head_learning_rate}.")
+        if self.early_stopping_patience is not None:
+            if self.early_stopping_patience < 1:
+                raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")
+            self.load_best_model_at_end = True
+        if self.eval_strategy == "auto":
+            self.eval_strategy = "epoch" if self.do_eval else "no"
+        if self.save_strategy == "auto":
+            evaluating = self.eval_strategy != "no"  # IntervalStrategy is a str enum: this holds for both
+            self.save_strategy = (
+                str(getattr(self.eval_strategy, "value", self.eval_strategy)) if evaluating else "epoch"
+            )
+        # Left unset, the best-model metric is chosen once the problem type is known (training.BEST_MODEL_METRIC).
+        self.best_metric_chosen = self.metric_for_best_model is not None
+        if _launched_on_several_cpu_processes():
+            # TrainingArguments only sets up CPU data parallelism (gloo) when asked to use the CPU; without it every
+            # process launched by `accelerate launch --multi_gpu` on a machine without GPUs trains alone.
+            self.use_cpu = True
+        super().__post_init__()
+
+
+def _launched_on_several_cpu_processes() -> bool:
+    import torch
+
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Parsing: a config file first (optional), then flags that override it
+# ----------------------------------------------------------------------------------------------------
+
+
+def _refuse_code_references(keys, source: str) -> None:
+    for key in keys:
+        name = key.lstrip("-").replace("-", "_").split("=")[0]
+        if name in REFUSED_KEYS:
+            raise UsageError(
+                f"{source} sets {name!r}, which is refused: train.py never runs code from a checkpoint, a dataset or "
+                "a config file. Use a backbone whose model type is built into transformers."
+            )
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The settings of a YAML or JSON config file, as a flat ``{argument: value}`` mapping."""
+    path = Path(path)
+    if path.suffix not in CONFIG_FILE_SUFFIXES:
+        raise UsageError(f"Config file {path} must end in one of {', '.join(CONFIG_FILE_SUFFIXES)}.")
+    try:
+        text = path.read_text(encoding="utf-8")
+        values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except OSError as error:
+        raise UsageError(f"Cannot read config file {path}: {error.strerror or error}.") from error
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise UsageError(
+            f"Config file {path} is not valid {path.suffix.lstrip('.').upper()}: {error}"
+        ) from error
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise UsageError(
+            f"Config file {path} must hold a mapping of argument names to values, got {type(values).__name__}."
+        )
+    _refuse_code_references(values, f"Config file {path}")
+    return values
+
+
+def _parser() -> HfArgumentParser:
+    return HfArgumentParser(
+        (ModelArguments, DataArguments, PooledTrainingArguments),
+        prog="train.py",
+        usage="train.py [CONFIG.yaml|CONFIG.json] [--flag value ...]",
+        description="Fine-tune any Transformers backbone with any pooling head. Settings come from an optional "
+        "YAML/JSON config file (first argument) and flags; flags override the file.",
+    )
+
+
+def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTrainingArguments]:
+    """``(model_args, data_args, training_args)`` from ``[config_file] [--flag value ...]``."""
+    parser = _parser()
+    if argv and not argv[0].startswith("-"):
+        config_file, argv = argv[0], argv[1:]
+        file_values = read_config_file(config_file)
+        known = {action.dest for action in parser._actions}
+        unknown = sorted(set(file_values) - known)
+        if unknown:
+            raise UsageError(
+                f"Config file {config_file} has unknown settings: {'; '.join(_with_suggestion(key, known) for key in unknown)}. "
+                "Run train.py --help for the list."
+            )
+        parser.set_defaults(**file_values)  # flags given after the file override it
+    _refuse_code_references([arg for arg in argv if arg.startswith("--")], "The command line")
+    try:
+        *outputs, remaining = parser.parse_args_into_dataclasses(
+            args=argv, return_remaining_strings=True, look_for_args_file=False
+        )
+    except UsageError:
+        raise
+    except (
+        ValueError
+    ) as error:  # TrainingArguments' own consistency checks, e.g. mismatched eval/save strategies
+        raise UsageError(str(error)) from error
+    if remaining:
+        raise UsageError(f"Unknown arguments: {' '.join(remaining)}. Run train.py --help for the list.")
+    return tuple(outputs)
+
+
+def _with_suggestion(key: str, known: set[str]) -> str:
+    matches = difflib.get_close_matches(key, known, n=2)
+    return f"{key} (did you mean {' or '.join(matches)}?)" if matches else key

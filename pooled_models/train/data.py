@@ -1,0 +1,459 @@
+"""Data for train.py: read the splits, check them, attach the labels and tokenize.
+
+Every check runs before a model is built or a folder is written, and every error names the file (or Hub
+split), the column and the row (rows count from 0, header excluded, as ``datasets`` and pandas count them).
+Problems with a file's text itself (not UTF-8, a line that is not JSON) name the line instead, counting from 1
+as editors do, since such a line may be no row at all.
+
+Nothing is written while reading and checking, except by ``datasets`` itself: ``load_dataset`` converts every
+file it reads to Arrow in its cache (``~/.cache/huggingface/datasets``, or ``--cache_dir``), even a file that
+is then refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset, List, Value
+
+from .label_space import DataError, Labels, where
+
+__all__ = [
+    "FILE_FORMATS",
+    "Split",
+    "load_splits",
+    "check_texts",
+    "attach_labels",
+    "prepare_splits",
+    "text_columns",
+    "tokenize",
+]
+
+logger = logging.getLogger(__name__)
+
+# file suffix -> (datasets builder, its options)
+FILE_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
+    ".csv": ("csv", {}),
+    ".tsv": ("csv", {"sep": "\t"}),
+    ".json": ("json", {}),
+    ".jsonl": ("json", {}),
+    ".parquet": ("parquet", {}),
+}
+
+
+@dataclass
+class Split:
+    """One split of the data and where it came from (for error messages and the model card)."""
+
+    name: str  # train / validation / test
+    source: str  # e.g. "train file data/train.csv" or "dataset 'imdb', split 'test'"
+    dataset: Dataset  # the rows as read (attach_labels may leave some out); the label column keeps its values
+    encoded: Dataset | None = None  # the model's inputs and its "labels" (the targets), set by tokenize
+    targets: list[Any] | None = None  # the model's target of every row, set by attach_labels
+    target_feature: Any = None
+    labelled: bool = True
+    truncated: int = 0
+
+    def require_columns(self, columns: list[str]) -> None:
+        missing = [column for column in columns if column not in self.dataset.column_names]
+        if missing:
+            raise DataError(
+                f"{self.source} has no column {missing[0]!r}. Its columns are: {', '.join(self.dataset.column_names)}."
+                + _separator_hint(self.dataset.column_names, missing[0])
+            )
+
+
+# separator, its name, what to do when a file's header looks split by it instead of the one its suffix says
+SEPARATORS = (
+    ("\t", "tab", "name the file .tsv."),
+    (";", "semicolon", "save it comma-separated as .csv or tab-separated as .tsv."),
+    (",", "comma", "name the file .csv."),
+)
+
+
+def _separator_hint(columns: list[str], wanted: str | None = None) -> str:
+    """A hint for a file read with the wrong separator, or "": a tab-separated file named .csv has one column,
+    'text\tlabel'. A column name qualifies when it holds a separator and, if given, ``wanted`` between two."""
+    for name in columns:
+        for separator, kind, advice in SEPARATORS:
+            parts = [part.strip() for part in name.split(separator)]
+            if len(parts) > 1 and (wanted is None or wanted in parts):
+                return f" The column {name!r} looks like a {kind}-separated header: {advice}"
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------------------------------
+
+
+def load_splits(data_args, wanted: list[str], cache_dir: str | None = None) -> dict[str, Split]:
+    """The splits named in ``wanted`` (train / validation / test), from local files or a Hub dataset."""
+    if data_args.dataset_name:
+        return _load_hub_splits(data_args, wanted, cache_dir)
+    files = {
+        "train": data_args.train_file,
+        "validation": data_args.validation_file,
+        "test": data_args.test_file,
+    }
+    splits = {}
+    for name in wanted:
+        if not files[name]:
+            raise DataError(f"No {name} data: set {name}_file (or dataset_name for a Hub dataset).")
+        splits[name] = Split(name, f"{name} file {files[name]}", _read_file(Path(files[name]), cache_dir))
+    return splits
+
+
+def _read_file(path: Path, cache_dir: str | None) -> Dataset:
+    from datasets import load_dataset
+
+    if path.suffix.lower() not in FILE_FORMATS:
+        raise DataError(
+            f"Cannot read {path}: unknown file type {path.suffix!r}. Valid types: {', '.join(FILE_FORMATS)}."
+        )
+    if not path.is_file():
+        raise DataError(f"Cannot read {path}: no such file.")
+    builder, options = FILE_FORMATS[path.suffix.lower()]
+    if builder != "parquet":
+        _check_text_file(path, builder, options)
+    try:
+        dataset = load_dataset(
+            builder, data_files={"data": str(path)}, split="data", cache_dir=cache_dir, **options
+        )
+    except Exception as error:  # the builders raise many types; all mean the same thing to the user
+        raise _read_error(path, builder, options, error) from error
+    if len(dataset) == 0:
+        raise DataError(f"{path} holds no rows.")
+    return dataset
+
+
+def _check_text_file(path: Path, builder: str, options: dict[str, Any]) -> None:
+    """What datasets would report badly, or not at all, about a csv/tsv/json/jsonl file, checked before it reads it."""
+    _check_utf8(path)
+    if not _has_rows(path, header=builder == "csv"):
+        raise DataError(f"{path} holds no rows.")  # datasets and pandas give three different errors for this
+    if builder == "csv":
+        _check_unique_columns(path, options.get("sep", ","))
+
+
+def _check_utf8(path: Path) -> None:
+    # Arrow's csv reader reports only "Invalid UTF8 sequence", and its json reader accepts such a file and fails
+    # later, when the text is read. Decoding line by line is exact: b"\n" never occurs inside a UTF-8 sequence.
+    utf8_copy = path.with_name(f"{path.stem}.utf8{path.suffix}")
+    with open(path, "rb") as handle:
+        if handle.read(2) in (b"\xff\xfe", b"\xfe\xff"):
+            raise DataError(
+                f"Cannot read {path}: it is UTF-16 text, not UTF-8. Re-encode it as UTF-8, e.g. "
+                f"iconv -f utf-16 -t utf-8 {path} > {utf8_copy}"
+            )
+        handle.seek(0)
+        for number, line in enumerate(handle, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(
+                    f"Cannot read {path}: it is not UTF-8 text (line {number} holds the byte 0x{line[error.start]:02x}). "
+                    f"Re-encode it, e.g. iconv -f latin1 -t utf-8 {path} > {utf8_copy} for a Latin-1 file."
+                ) from None
+
+
+def _has_rows(path: Path, header: bool) -> bool:
+    """Whether the file has a non-blank line (after the header line, if it has one)."""
+    with open(path, "rb") as handle:
+        lines = (line for line in handle if line.strip())
+        if header:
+            next(lines, None)
+        return next(lines, None) is not None
+
+
+def _header(path: Path, separator: str) -> list[str]:
+    # utf-8-sig: a byte-order mark is no part of the first name
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        return next(csv.reader(handle, delimiter=separator), [])
+
+
+def _check_unique_columns(path: Path, separator: str) -> None:
+    # pandas renames a second "text" column "text.1", so the first one is read and the second silently ignored.
+    seen: set[str] = set()
+    header = _header(path, separator)
+    for name in header:
+        if name and name in seen:  # pandas names empty ones "Unnamed: 0", "Unnamed: 1": nothing is lost
+            raise DataError(
+                f"Cannot read {path}: its header names the column {name!r} twice ({', '.join(header)}); give each "
+                "column its own name."
+            )
+        seen.add(name)
+
+
+def _read_error(path: Path, builder: str, options: dict[str, Any], error: Exception) -> DataError:
+    """The DataError for a file datasets could not read: the JSON line at fault, or datasets' own reason."""
+    if builder == "json":
+        problem = _json_problem(path)
+        if problem is not None:
+            return problem
+    message = f"Cannot read {path} as {path.suffix.lstrip('.')}: {_root_cause(error)}"
+    if builder == "csv":
+        header = _header(path, options.get("sep", ","))
+        message += _separator_hint(header) if len(header) == 1 else ""
+    return DataError(message)
+
+
+def _json_problem(path: Path) -> DataError | None:
+    """What is wrong with a JSON (one list of rows) or JSON Lines (one row a line) file, or None if its syntax is fine.
+
+    pandas and Arrow report a position in the file ("Trailing data at position 104"); the json module finds the line."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        if text.lstrip().startswith("["):  # one document: its error's line is the one at fault
+            return DataError(
+                f"Cannot read {path}: it is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})."
+            )
+    else:
+        if document == []:
+            return DataError(f"{path} holds no rows.")
+        return None
+    return _json_lines_problem(path, text)
+
+
+def _json_lines_problem(path: Path, text: str) -> DataError | None:
+    for number, line in enumerate(text.split("\n"), 1):  # not splitlines(): JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            return DataError(
+                f"Cannot read {path}: line {number} is not valid JSON ({error.msg} at column {error.colno})."
+            )
+        if not isinstance(row, dict):
+            return DataError(
+                f"Cannot read {path}: line {number} is not a JSON object; each line of a JSON Lines file holds one "
+                'row, {"column": value, ...}.'
+            )
+    return None
+
+
+def _root_cause(error: BaseException) -> str:
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    return f"{type(error).__name__}: {error}"
+
+
+def _load_hub_splits(data_args, wanted: list[str], cache_dir: str | None) -> dict[str, Split]:
+    from datasets import load_dataset
+
+    name = data_args.dataset_name
+    label = repr(name) + (f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else "")
+    try:
+        dataset = load_dataset(name, data_args.dataset_config_name, cache_dir=cache_dir)
+    except Exception as error:
+        raise DataError(f"Cannot load the dataset {label}: {_root_cause(error)}") from error
+    split_names = {
+        "train": data_args.train_split_name,
+        "validation": data_args.validation_split_name,
+        "test": data_args.test_split_name,
+    }
+    splits = {}
+    for role in wanted:
+        split_name = split_names[role]
+        if split_name not in dataset:
+            raise DataError(
+                f"The dataset {label} has no split {split_name!r} (for {role}); its splits are: "
+                f"{', '.join(dataset)}. Choose one with --{role}_split_name."
+            )
+        splits[role] = Split(role, f"dataset {label}, split {split_name!r}", dataset[split_name])
+    return splits
+
+
+# ----------------------------------------------------------------------------------------------------
+# Checking texts and attaching labels
+# ----------------------------------------------------------------------------------------------------
+
+
+def check_texts(split: Split, column: str) -> None:
+    """Every row of ``column`` holds non-empty text."""
+    feature = split.dataset.features[column]
+    if not (isinstance(feature, Value) and feature.dtype in ("string", "large_string")):
+        raise DataError(_not_text(split.source, column, feature, split.dataset[column]))
+    for row, text in enumerate(split.dataset[column]):
+        if text is None:
+            raise DataError(f"{where(split.source, column, row)}: the text is missing (null).")
+        if not text.strip():
+            raise DataError(f"{where(split.source, column, row)}: the text is empty.")
+
+
+def _not_text(source: str, column: str, feature, texts) -> str:
+    # A jsonl column mixing text with numbers or lists (typed Json) is named by its first row that is not text.
+    if any(isinstance(text, str) for text in texts):
+        for row, text in enumerate(texts):
+            if text is not None and not isinstance(text, str):
+                return f"{where(source, column, row)} holds {text!r}, not text."
+    return f"{where(source, column)} holds {_describe(feature)} values, not text."
+
+
+def _describe(feature) -> str:
+    return feature.dtype if isinstance(feature, Value) else type(feature).__name__
+
+
+def attach_labels(split: Split, labels: Labels, column: str, skip_unseen: bool) -> None:
+    """Set the model's targets of the split, leaving out rows with unseen labels if asked.
+
+    The targets are kept beside the rows rather than in them, so a label column that is itself called ``labels``
+    (GoEmotions') neither collides with the targets nor loses the names that predictions.jsonl reports."""
+    dataset = split.dataset
+    values = list(dataset[column])
+    feature = dataset.features[column]
+    targets, kept = labels.encode(values, feature, split.source, column, skip_unseen=skip_unseen)
+    if len(kept) < len(values):
+        logger.warning(
+            "%s: left out %d of %d rows whose label does not occur in training (--skip_unseen_labels).",
+            split.source,
+            len(values) - len(kept),
+            len(values),
+        )
+        if not kept:
+            raise DataError(
+                f"{where(split.source, column)}: no row is left once the labels unseen in training are skipped."
+            )
+        dataset = dataset.select(kept)
+    split.dataset = dataset
+    split.targets = targets
+    split.target_feature = {
+        "single_label_classification": Value("int64"),
+        "multi_label_classification": List(Value("float32")),
+        "regression": Value("float32"),
+    }[labels.problem_type]
+
+
+# ----------------------------------------------------------------------------------------------------
+# All of it: the splits a run needs, checked, with their targets
+# ----------------------------------------------------------------------------------------------------
+
+
+def prepare_splits(
+    data_args, roles: list[str], saved_labels: Labels | None = None, cache_dir: str | None = None
+) -> tuple[dict[str, Split], Labels]:
+    """The ``roles`` splits, checked and labelled, and the label space: from the training split, or ``saved_labels``
+    (a trained model's) when not training. A test split without labels is kept for prediction.
+
+    Writes nothing but ``datasets``' own cache (``~/.cache/huggingface/datasets``, or ``cache_dir``), where
+    ``load_dataset`` converts each file to Arrow before any check can refuse it."""
+    splits = load_splits(data_args, roles, cache_dir)
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_predict_samples,
+    }
+    for role, split in splits.items():
+        if limits[role] is not None and limits[role] < len(split.dataset):
+            split.dataset = split.dataset.select(range(limits[role]))
+        _check_columns_and_texts(split, data_args)
+    labels = _label_space(splits, data_args, saved_labels)
+    for split in splits.values():
+        if split.labelled:
+            attach_labels(split, labels, data_args.label_column, data_args.skip_unseen_labels)
+    return splits, labels
+
+
+def text_columns(data_args) -> list[str]:
+    return [data_args.text_column] + ([data_args.text_pair_column] if data_args.text_pair_column else [])
+
+
+def _check_columns_and_texts(split: Split, data_args) -> None:
+    # A test split may come without labels: it is then only predicted.
+    split.labelled = split.name != "test" or data_args.label_column in split.dataset.column_names
+    split.require_columns(text_columns(data_args) + ([data_args.label_column] if split.labelled else []))
+    for column in text_columns(data_args):
+        check_texts(split, column)
+
+
+def _label_space(splits: dict[str, Split], data_args, saved_labels: Labels | None) -> Labels:
+    column = data_args.label_column
+    if "train" in splits:
+        train = splits["train"]
+        labels = Labels.from_training(
+            train.dataset[column],
+            train.dataset.features[column],
+            train.source,
+            column,
+            problem_type=data_args.problem_type,
+            separator=data_args.label_separator,
+        )
+        if saved_labels is not None and (labels.problem_type, labels.names) != (
+            saved_labels.problem_type,
+            saved_labels.names,
+        ):
+            raise DataError(
+                f"The model was trained for {saved_labels.problem_type} with labels {saved_labels.names}; "
+                f"{train.source} gives {labels.problem_type} with labels {labels.names}. Start from the backbone to "
+                "train on new labels."
+            )
+    elif saved_labels is not None:
+        labels = saved_labels
+        labels.separator = data_args.label_separator
+    else:
+        raise DataError(
+            "Without do_train, model_name_or_path must be a model trained by train.py (its labels come from its "
+            "config), not a plain backbone."
+        )
+    test = splits.get("test")
+    if (
+        test is not None
+        and test.labelled
+        and labels.is_unlabelled(test.dataset[column], test.dataset.features[column])
+    ):
+        test.labelled = False  # labels withheld (all empty, or -1 in a ClassLabel column)
+    return labels
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tokenizing
+# ----------------------------------------------------------------------------------------------------
+
+
+def tokenize(split: Split, tokenizer, text_column: str, pair_column: str | None, max_length: int) -> None:
+    """Set ``split.encoded``; texts longer than ``max_length`` tokens are truncated and counted in ``split.truncated``."""
+
+    def encode(batch):
+        texts = batch[text_column]
+        pairs = batch[pair_column] if pair_column else None
+        # A first pass without truncation finds the long rows; only they are encoded again, truncated.
+        full = tokenizer(texts, pairs, truncation=False, verbose=False)
+        long_rows = [row for row, ids in enumerate(full["input_ids"]) if len(ids) > max_length]
+        if long_rows:
+            cut = tokenizer(
+                [texts[row] for row in long_rows],
+                [pairs[row] for row in long_rows] if pairs else None,
+                truncation=True,
+                max_length=max_length,
+            )
+            for key in full:
+                for position, row in enumerate(long_rows):
+                    full[key][row] = cut[key][position]
+        long_set = set(long_rows)
+        full["truncated"] = [row in long_set for row in range(len(texts))]
+        return full
+
+    encoded = split.dataset.map(
+        encode, batched=True, remove_columns=split.dataset.column_names, desc=f"Tokenizing {split.name}"
+    )
+    split.truncated = sum(encoded["truncated"])
+    encoded = encoded.remove_columns("truncated")
+    if split.targets is not None:  # "labels" is the column Trainer hands to the model's loss
+        encoded = encoded.add_column("labels", split.targets, feature=split.target_feature)
+    split.encoded = encoded
+    if split.truncated:
+        logger.warning(
+            "%s: %d of %d rows are longer than %d tokens and were truncated.",
+            split.source,
+            split.truncated,
+            len(encoded),
+            max_length,
+        )

@@ -1,0 +1,232 @@
+"""The model and tokenizer a train.py run starts from: a backbone with a new pooler and head, or a model that
+train.py saved before (to evaluate it or train it further). Nothing here runs code from a checkpoint."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, PreTrainedConfig
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
+
+from ..modeling.backbone import position_offset
+from ..modeling.configuration_pooled import PooledConfig
+from ..modeling.modeling_pooled import AUTO_MAP, PooledForSequenceClassification
+from ..thresholds import positive_weights
+from .arguments import FROM_TRAINING_DATA, pooled_config_kwargs
+from .data import Split
+from .errors import UsageError
+from .label_space import Labels
+
+__all__ = [
+    "saved_pooled_config",
+    "resolve_pos_weight",
+    "resolve_multi_label_loss",
+    "build_model",
+    "load_tokenizer",
+    "backbone_of",
+    "backbone_max_length",
+    "choose_max_length",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def saved_pooled_config(model_args) -> PooledConfig | None:
+    """The config of a model saved by train.py, when ``model_name_or_path`` is one; None for a plain backbone.
+
+    Refuses, before anything is written, a model whose config.json names code to run (``custom_pipelines``, an
+    ``auto_map`` other than pooled_models' own) and a local folder whose weights are not safetensors.
+    """
+    name = model_args.model_name_or_path
+    hub_kwargs = {"revision": model_args.model_revision, "cache_dir": model_args.cache_dir}
+    try:
+        config_dict, _ = PreTrainedConfig.get_config_dict(name, **hub_kwargs)
+        _refuse_code_references(name, config_dict)
+        config = AutoConfig.from_pretrained(name, trust_remote_code=False, **hub_kwargs)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"Cannot load the model {name!r}: {' '.join(str(error).split())}") from error
+    _require_safetensors(name)
+    return config if isinstance(config, PooledConfig) else None
+
+
+def _refuse_code_references(name: str, config_dict: dict) -> None:
+    found = [key for key in ("custom_pipelines", "trust_remote_code") if config_dict.get(key)]
+    auto_map = config_dict.get("auto_map") or {}
+    foreign = (
+        {key: value for key, value in auto_map.items() if AUTO_MAP.get(key) != value}
+        if isinstance(auto_map, dict)
+        else {"auto_map": auto_map}
+    )
+    if foreign:
+        found.append(f"auto_map ({', '.join(f'{key}: {value}' for key, value in foreign.items())})")
+    if found:
+        raise UsageError(
+            f"The model {name!r} names code to run in its config.json: {', '.join(found)}. train.py never runs code "
+            "from a checkpoint; start from a model whose code ships with transformers (or pooled_models)."
+        )
+
+
+def _require_safetensors(name: str) -> None:
+    folder = Path(name)
+    if not folder.is_dir():
+        return  # a Hub model: from_pretrained(use_safetensors=True) refuses pickled weights when it downloads them
+    if any(folder.glob("*.safetensors")) or (folder / SAFE_WEIGHTS_INDEX_NAME).is_file():
+        return
+    pickled = sorted(
+        path.name for path in folder.iterdir() if path.suffix in (".bin", ".pt", ".pth", ".ckpt")
+    )
+    found = f" (only {', '.join(pickled)})" if pickled else ""
+    raise UsageError(
+        f"The model folder {folder} holds no safetensors weights{found}; train.py never unpickles weights. Convert "
+        "them once with a loader you trust: model.save_pretrained(folder, safe_serialization=True)."
+    )
+
+
+def resolve_pos_weight(model_args, labels: Labels, splits: dict[str, Split]) -> None:
+    """Turn ``--pos_weight auto`` into negatives / positives per label, counted on the training split's targets."""
+    if model_args.pos_weight is None:
+        return
+    if labels.problem_type != "multi_label_classification":
+        raise UsageError(
+            f"pos_weight weights the positive labels of a multi-label loss; this run's labels are "
+            f"{labels.problem_type}. Leave pos_weight out."
+        )
+    if model_args.pos_weight != FROM_TRAINING_DATA:
+        return
+    if "train" not in splits:
+        raise UsageError(
+            f"pos_weight={FROM_TRAINING_DATA} is computed from the training split: it needs --do_train."
+        )
+    model_args.pos_weight = positive_weights(splits["train"].targets)
+    logger.info(
+        "pos_weight from the training split (negatives / positives): %s",
+        ", ".join(
+            f"{name} {weight:.3g}" for name, weight in zip(labels.names, model_args.pos_weight, strict=True)
+        ),
+    )
+
+
+# The loss of a multi-label run that asks for none. On the debtags benchmark (bench/multilabel_defaults.py) the
+# asymmetric loss beat BCE by 0.03 micro-F1 and 0.10 macro-F1: most (text, label) pairs are easy negatives, which
+# it stops counting, so the rare positives are not drowned out.
+MULTI_LABEL_DEFAULT_LOSS = "asymmetric"
+
+
+def resolve_multi_label_loss(model_args, labels: Labels, saved_config: PooledConfig | None) -> None:
+    """Fill an unset ``multi_label_loss``: the saved model's, else the multi-label default, else PooledConfig's."""
+    if model_args.multi_label_loss is not None:
+        return
+    if saved_config is not None:
+        model_args.multi_label_loss = saved_config.multi_label_loss
+    elif labels.problem_type == "multi_label_classification":
+        model_args.multi_label_loss = MULTI_LABEL_DEFAULT_LOSS
+        logger.info(
+            "Multi-label loss: %s (train.py's default; --multi_label_loss bce for plain BCE).",
+            MULTI_LABEL_DEFAULT_LOSS,
+        )
+    else:
+        model_args.multi_label_loss = (
+            PooledConfig.multi_label_loss
+        )  # the dataclass default: not a setting of the run
+
+
+def build_model(
+    model_args, labels: Labels, saved_config: PooledConfig | None, tokenizer
+) -> PooledForSequenceClassification:
+    settings = pooled_config_kwargs(model_args)
+    if saved_config is not None:
+        changed = {name: value for name, value in settings.items() if getattr(saved_config, name) != value}
+        if changed:
+            raise UsageError(
+                f"{model_args.model_name_or_path} is a trained pooled model; its settings cannot change "
+                f"({', '.join(f'{name}={value!r}' for name, value in changed.items())}). Start from its backbone instead."
+            )
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                model_args.model_name_or_path,
+                revision=model_args.model_revision,
+                cache_dir=model_args.cache_dir,
+                use_safetensors=True,
+                trust_remote_code=False,
+            )
+        except OSError as error:
+            raise UsageError(f"Cannot load the model {model_args.model_name_or_path!r}: {error}") from error
+        model.config.pad_token_id = tokenizer.pad_token_id
+        return model
+    backbone_kwargs = {
+        key: value
+        for key, value in (("revision", model_args.model_revision), ("cache_dir", model_args.cache_dir))
+        if value
+    }
+    try:
+        model = PooledForSequenceClassification.from_backbone(
+            model_args.model_name_or_path,
+            backbone_kwargs=backbone_kwargs,
+            tokenizer=tokenizer,  # the label-token pooling starts each label's token from its name's tokens
+            num_labels=labels.num_labels,
+            id2label=labels.id2label,
+            label2id=labels.label2id if labels.names else None,
+            problem_type=labels.problem_type,
+            **settings,
+        )
+    except ValueError as error:  # PooledConfig's checks: a setting that does not apply, an unknown pooling...
+        raise UsageError(str(error)) from error
+    except OSError as error:  # no safetensors weights, a download that failed...
+        raise UsageError(f"Cannot load the backbone {model_args.model_name_or_path!r}: {error}") from error
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def load_tokenizer(model_args):
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.tokenizer_name or model_args.model_name_or_path,
+        revision=model_args.model_revision,
+        cache_dir=model_args.cache_dir,
+        trust_remote_code=False,
+    )
+    if tokenizer.pad_token is None:  # decoders (GPT-2, Llama) have none; the attention mask hides it anyway
+        if tokenizer.eos_token is None:
+            raise UsageError(
+                f"The tokenizer of {model_args.model_name_or_path} has neither a pad nor an eos token."
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def backbone_of(model):
+    """The encoder of a pooled model, or of any other Transformers model (the sweep's vanilla baseline)."""
+    return model.pooled.backbone if hasattr(model, "pooled") else model.base_model
+
+
+def backbone_max_length(tokenizer, model) -> int | None:
+    """The longest text the model takes: the backbone's position table (less RoBERTa's padding offset) and the
+    tokenizer's limit, less the label tokens a label-token pooling inserts into every input."""
+    limits = []
+    backbone = backbone_of(model)
+    positions = getattr(backbone.config, "max_position_embeddings", None)
+    uses_position_table = getattr(backbone.config, "position_embedding_type", "absolute") == "absolute"
+    if isinstance(positions, int) and uses_position_table:
+        limits.append(positions - position_offset(backbone))
+    if isinstance(tokenizer.model_max_length, int) and tokenizer.model_max_length < 1_000_000:
+        limits.append(tokenizer.model_max_length)  # unset limits are a huge sentinel (VERY_LARGE_INTEGER)
+    if not limits:
+        return None
+    # The label-token pooler puts per_pass label tokens into each input; the model itself would cut a longer text.
+    pooler = model.pooled.pooler if hasattr(model, "pooled") else None
+    return min(limits) - getattr(pooler, "per_pass", 0)
+
+
+def choose_max_length(requested: int | None, tokenizer, model) -> int:
+    """``max_seq_length``: the backbone's limit by default, and never more."""
+    limit = backbone_max_length(tokenizer, model)
+    if requested is None:
+        if limit is None:
+            raise UsageError("The backbone states no maximum input length; set --max_seq_length.")
+        return limit
+    if limit is not None and requested > limit:
+        logger.warning(
+            "max_seq_length=%d is more than the backbone takes; using its limit, %d.", requested, limit
+        )
+        return limit
+    return requested

@@ -1,0 +1,300 @@
+"""Shared test helpers: tiny random backbones and batches, small data files and in-process train.py runs, and
+subprocesses without the package. Test modules import from here, never from each other."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import transformers
+
+from pooled_models.modeling.pooling import POOLERS, LayerPooler, TokenPooler
+
+REPO = Path(__file__).resolve().parent.parent  # the repository root
+
+# ----------------------------------------------------------------------------------------------------
+# Tiny backbones and batches
+# ----------------------------------------------------------------------------------------------------
+
+VOCAB_SIZE = 120
+PAD_ID = 0
+
+_COMMON = {"vocab_size": VOCAB_SIZE, "pad_token_id": PAD_ID}
+
+
+def _encoder(config_class, **extra):
+    settings = {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 37,
+        "max_position_embeddings": 64,
+        **_COMMON,
+        **extra,
+    }
+    return lambda: config_class(**settings)
+
+
+# name -> (config factory, the token pooling that reads the whole text for that family)
+TINY_BACKBONES = {
+    "bert": (_encoder(transformers.BertConfig), "cls"),
+    "roberta": (_encoder(transformers.RobertaConfig, max_position_embeddings=66), "cls"),
+    "distilbert": (
+        lambda: transformers.DistilBertConfig(
+            dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=64, **_COMMON
+        ),
+        "cls",
+    ),
+    "esm": (
+        _encoder(
+            transformers.EsmConfig, mask_token_id=4, position_embedding_type="rotary", token_dropout=False
+        ),
+        "cls",
+    ),
+    "esm_absolute": (
+        _encoder(transformers.EsmConfig, mask_token_id=4, max_position_embeddings=66, token_dropout=False),
+        "cls",
+    ),
+    "deberta-v2": (
+        _encoder(
+            transformers.DebertaV2Config,
+            relative_attention=True,
+            position_biased_input=False,
+            pos_att_type=["p2c", "c2p"],
+        ),
+        "cls",
+    ),
+    "modernbert": (
+        _encoder(
+            transformers.ModernBertConfig, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2
+        ),
+        "cls",
+    ),
+    "gpt2": (
+        lambda: transformers.GPT2Config(
+            n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2, **_COMMON
+        ),
+        "last_token",
+    ),
+    "llama": (
+        lambda: transformers.LlamaConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            bos_token_id=1,
+            eos_token_id=2,
+            **_COMMON,
+        ),
+        "last_token",
+    ),
+}
+
+
+def tiny_backbone_config(name: str = "bert"):
+    return TINY_BACKBONES[name][0]()
+
+
+def tiny_model(pooling: str = "mean", backbone: str = "bert", model_class=None, seed: int = 0, **settings):
+    """A PooledForSequenceClassification (or `model_class`) on a tiny random backbone, in eval mode."""
+    import torch
+
+    from pooled_models import PooledConfig, PooledForSequenceClassification
+
+    settings.setdefault("num_labels", 3)
+    torch.manual_seed(seed)
+    config = PooledConfig(backbone_config=tiny_backbone_config(backbone), pooling=pooling, **settings)
+    return (model_class or PooledForSequenceClassification)(config).eval()
+
+
+def random_batch(lengths, side: str = "right", seed: int = 0, vocab_low: int = 5):
+    """input_ids/attention_mask for texts of the given lengths, padded (with PAD_ID) on `side`."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.full((len(lengths), width), PAD_ID)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        text = torch.randint(vocab_low, VOCAB_SIZE, (length,), generator=generator)
+        span = slice(0, length) if side == "right" else slice(width - length, width)
+        ids[row, span], mask[row, span] = text, 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def repad(batch, row: int, width: int, side: str):
+    """One row of a batch on its own, re-padded to `width` on `side`."""
+    import torch
+
+    real = batch["input_ids"][row][batch["attention_mask"][row] == 1]
+    ids = torch.full((1, width), PAD_ID)
+    mask = torch.zeros(1, width, dtype=torch.long)
+    span = slice(0, len(real)) if side == "right" else slice(width - len(real), width)
+    ids[0, span], mask[0, span] = real, 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+HIDDEN_STATE_POOLERS = sorted(
+    name for name, cls in POOLERS.items() if issubclass(cls, (TokenPooler, LayerPooler))
+)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data files and train.py runs
+# ----------------------------------------------------------------------------------------------------
+
+WORDS = {
+    "sport": ["football", "goal", "match", "team", "score", "league"],
+    "food": ["pasta", "bread", "soup", "recipe", "cheese", "salad"],
+    "music": ["guitar", "song", "concert", "album", "drums", "singer"],
+}
+FILLER = ["the", "a", "today", "really", "was", "and", "very", "about", "we", "it"]
+
+
+def sentence(rng: random.Random, topic: str, length: int = 6) -> str:
+    words = [rng.choice(FILLER) for _ in range(length)]
+    for _ in range(2):
+        words.insert(rng.randrange(len(words) + 1), rng.choice(WORDS[topic]))
+    return " ".join(words)
+
+
+def topic_rows(count: int, seed: int = 0, topics=tuple(WORDS)) -> list[dict]:
+    """Single-label rows: a topic's keywords among filler words."""
+    rng = random.Random(seed)
+    return [
+        {"text": sentence(rng, topic), "label": topic}
+        for topic in (topics[i % len(topics)] for i in range(count))
+    ]
+
+
+def multi_label_rows(count: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for index in range(count):
+        topics = sorted(rng.sample(list(WORDS), 1 + index % 2))
+        rows.append({"text": " ".join(sentence(rng, topic, 3) for topic in topics), "label": topics})
+    return rows
+
+
+def pair_regression_rows(count: int, seed: int = 0) -> list[dict]:
+    """Sentence pairs scored by topic overlap (1.0 same topic, 0.0 different) plus noise."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        first, second = rng.choice(list(WORDS)), rng.choice(list(WORDS))
+        score = (1.0 if first == second else 0.0) + rng.uniform(-0.1, 0.1)
+        rows.append(
+            {"sentence1": sentence(rng, first), "sentence2": sentence(rng, second), "score": round(score, 3)}
+        )
+    return rows
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    """Rows as .csv, .json (one array), .jsonl or .parquet, by the file's suffix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".csv":
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    elif path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    elif path.suffix == ".json":
+        path.write_text(json.dumps(rows))
+    elif path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    else:
+        raise ValueError(path.suffix)
+    return path
+
+
+# Fast settings for tiny backbones: a few epochs, big steps, no progress bars.
+FAST = [
+    "--num_train_epochs",
+    "3",
+    "--learning_rate",
+    "1e-3",
+    "--per_device_train_batch_size",
+    "16",
+    "--disable_tqdm",
+    "true",
+    "--report_to",
+    "none",
+    "--seed",
+    "0",
+]
+
+
+def train(backbone: str, output_dir: Path, *flags: str, callbacks=()):
+    from pooled_models.train.run import run
+
+    return run(
+        ["--model_name_or_path", backbone, "--output_dir", str(output_dir), *FAST, *flags],
+        callbacks=callbacks,
+    )
+
+
+def leftovers(output_dir: Path) -> list[Path]:
+    """Whatever a run left at or next to output_dir."""
+    return sorted(output_dir.parent.glob(output_dir.name + "*"))
+
+
+def bad_run(backbone: str, tmp_path: Path, *flags: str) -> str:
+    """Run train.py expecting a DataError; returns its message after checking nothing was written."""
+
+    from pooled_models.train.label_space import DataError
+
+    output_dir = tmp_path / "out"
+    with pytest.raises(DataError) as error:
+        train(backbone, output_dir, *flags)
+    assert leftovers(output_dir) == []
+    return str(error.value)
+
+
+def data_flags(tmp_path, rows=topic_rows):
+    files = {}
+    for split, (count, seed) in {"train": (48, 0), "validation": (24, 1), "test": (24, 2)}.items():
+        files[split] = write_rows(tmp_path / f"{split}.jsonl", rows(count, seed))
+    return [
+        "--train_file",
+        str(files["train"]),
+        "--validation_file",
+        str(files["validation"]),
+        "--test_file",
+        str(files["test"]),
+        "--do_eval",
+        "--do_predict",
+    ]
+
+
+def png_size(path):
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
+    return struct.unpack(">II", header[16:24])
+
+
+def run_without_package(script: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run `script` in a fresh interpreter in which `import pooled_models` fails."""
+    prelude = "import sys\nsys.modules['pooled_models'] = None  # any import of pooled_models now raises\n"
+    env = {**os.environ, "HF_MODULES_CACHE": str(cwd / "modules_cache"), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(script)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

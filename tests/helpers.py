@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import transformers
 
-from pooled_models.modeling.pooling import POOLERS, LayerPooler, TokenPooler
+from pooled_models.modeling.layer_pooling import LayerPooler
+from pooled_models.modeling.pooling import POOLERS, TokenPooler
 
 REPO = Path(__file__).resolve().parent.parent  # the repository root
 

@@ -10,17 +10,24 @@ import copy
 from typing import Any
 
 from transformers import AutoConfig
-from transformers.activations import ACT2FN
 from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from .label_tokens import LabelTokenPooler  # noqa: F401  (registers pooling="label_tokens")
+# The parts a config chooses among register themselves where they are defined; these modules are imported here so
+# that the registries are complete wherever the config is loaded, a trust_remote_code copy included (transformers
+# copies the files a module imports with "from .module import").
+from .heads import HEADS
+from .label_tokens import LABEL_TOKEN_INITS  # also registers pooling "label_tokens"
+from .layer_pooling import LayerPooler  # noqa: F401  (registers the layer strategies)
 from .losses import MULTI_LABEL_LOSSES
-from .pooling import POOLERS, get_pooler_class
+from .pooling import POOLINGS
+from .problem_types import MULTI_LABEL
+from .registry import Registry
 
-__all__ = ["PooledConfig", "CLASSIFIER_HEADS"]
+__all__ = ["PooledConfig", "CHOICES"]
 
-CLASSIFIER_HEADS = ("linear", "dense")
+# Each registry and the setting that picks from it. PooledConfig checks every choice by looping over these.
+CHOICES: tuple[Registry, ...] = (POOLINGS, HEADS, MULTI_LABEL_LOSSES)
 
 # Keys that make transformers import and run code named by a config. A backbone config nested in ours is
 # always built from transformers' own classes, so none of them is ever kept.
@@ -142,8 +149,9 @@ class PooledConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         if self.id2label is not None and self.label2id is None:
             self.label2id = {label: index for index, label in self.id2label.items()}
-        self._check_pooling()
-        self._check_head()
+        self._check_dropout()
+        for registry in CHOICES:
+            self._check_choice(registry)
         self._check_multi_label()
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
@@ -161,82 +169,47 @@ class PooledConfig(PreTrainedConfig):
         """The backbone's hidden size (read by Trainer/DeepSpeed helpers that expect it on the config)."""
         return self.backbone_config.hidden_size
 
-    def _check_pooling(self) -> None:
-        pooler_class = get_pooler_class(self.pooling)
-        self._fill_settings(
-            f"pooling={self.pooling!r}", pooler_class.options_for(self), _all_pooling_options(self)
-        )
-        pooler_class.check_config(self)
+    def _check_choice(self, registry: Registry) -> None:
+        """The part chosen from ``registry``: settings of other parts refused, its own filled in, then checked."""
+        name = getattr(self, registry.setting)
+        part = registry.lookup(name)
+        self._fill_settings(f"{registry.setting}={name!r}", part.options_for(self), registry.every_option())
+        part.check_config(self)
 
     def _fill_settings(self, owner: str, applicable: dict[str, Any], every: set[str]) -> None:
         """Reject settings of ``every`` that ``owner`` does not read, fill the ones it reads with their defaults."""
         for option in sorted(every - set(applicable)):
             if getattr(self, option, None) is not None:
+                readers = [
+                    reader
+                    for registry in (*CHOICES, LABEL_TOKEN_INITS)
+                    for reader in registry.readers_of(option)
+                ]
                 raise ValueError(
-                    f"{option}={getattr(self, option)!r} does not apply to {owner}; the settings of {owner} "
-                    f"are: {', '.join(sorted(applicable)) or 'none'}."
+                    f"{option}={getattr(self, option)!r} does not apply to {owner}; it is a setting of "
+                    f"{', '.join(readers)}. The settings of {owner} are: {', '.join(sorted(applicable)) or 'none'}."
                 )
         # In declaration order: a default may depend on an earlier setting (label_token_init_ids on label_token_init).
         for option, default in applicable.items():
             if getattr(self, option, None) is None:
                 setattr(self, option, default(self) if callable(default) else default)
 
-    def _check_head(self) -> None:
-        if self.classifier_head not in CLASSIFIER_HEADS:
-            raise ValueError(
-                f"Unknown classifier_head {self.classifier_head!r}. Valid choices: {', '.join(CLASSIFIER_HEADS)}."
-            )
+    def _check_dropout(self) -> None:
         if self.classifier_dropout is None:
             self.classifier_dropout = _backbone_dropout(self.backbone_config)
         dropout = self.classifier_dropout
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise ValueError(f"classifier_dropout must be a number in [0, 1), got {dropout!r}.")
-        if self.classifier_head == "linear":
-            for option in ("classifier_hidden_size", "classifier_activation"):
-                if getattr(self, option) is not None:
-                    raise ValueError(
-                        f"{option}={getattr(self, option)!r} does not apply to classifier_head='linear'; "
-                        "it is a setting of classifier_head='dense'."
-                    )
-            return
-        if self.classifier_hidden_size is None:
-            self.classifier_hidden_size = self.backbone_config.hidden_size
-        if self.classifier_activation is None:
-            self.classifier_activation = "tanh"
-        size = self.classifier_hidden_size
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"classifier_hidden_size must be an integer >= 1, got {size!r}.")
-        if self.classifier_activation not in ACT2FN:
-            raise ValueError(
-                f"Unknown classifier_activation {self.classifier_activation!r}. "
-                f"Valid choices: {', '.join(sorted(ACT2FN))}."
-            )
 
     def _check_multi_label(self) -> None:
-        if self.multi_label_loss not in MULTI_LABEL_LOSSES:
-            raise ValueError(
-                f"Unknown multi_label_loss {self.multi_label_loss!r}. Valid choices: {', '.join(MULTI_LABEL_LOSSES)}."
-            )
-        every_loss_setting = {name for settings in MULTI_LABEL_LOSSES.values() for name in settings}
-        self._fill_settings(
-            f"multi_label_loss={self.multi_label_loss!r}",
-            MULTI_LABEL_LOSSES[self.multi_label_loss],
-            every_loss_setting,
-        )
-        for name in sorted(every_loss_setting & set(MULTI_LABEL_LOSSES[self.multi_label_loss])):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 100:
-                raise ValueError(f"{name} must be a number in [0, 100), got {value!r}.")
-        if self.asymmetric_clip is not None and not self.asymmetric_clip < 1:
-            raise ValueError(f"asymmetric_clip must be in [0, 1), got {self.asymmetric_clip!r}.")
         multi_label_only = {"pos_weight": self.pos_weight, "decision_threshold": self.decision_threshold}
         if self.multi_label_loss != "bce":
             multi_label_only["multi_label_loss"] = self.multi_label_loss
-        if self.problem_type not in (None, "multi_label_classification"):
+        if self.problem_type not in (None, MULTI_LABEL):
             for name, value in multi_label_only.items():
                 if value is not None:
                     raise ValueError(
-                        f"{name}={value!r} applies to problem_type='multi_label_classification' only, "
+                        f"{name}={value!r} applies to problem_type={MULTI_LABEL!r} only, "
                         f"not to {self.problem_type!r}."
                     )
         _check_per_label_numbers(
@@ -261,14 +234,6 @@ def _check_per_label_numbers(
         if isinstance(number, bool) or not isinstance(number, (int, float)) or not low < number < high:
             where = f"{name}[{index}]" if isinstance(value, list) else name
             raise ValueError(f"{where} = {number!r} must be a number in ({low}, {high}).")
-
-
-def _all_pooling_options(config: PooledConfig) -> set[str]:
-    # Every setting any registered pooling reads; settings of other poolings must stay unset.
-    options: set[str] = set()
-    for pooler_class in POOLERS.values():
-        options.update(pooler_class.options_for(config))
-    return options
 
 
 def _backbone_dropout(backbone_config: PreTrainedConfig) -> float:

@@ -13,17 +13,43 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 
+from .registry import HEADS, Component
+
 if TYPE_CHECKING:
     from .configuration_pooled import PooledConfig
 
-__all__ = ["LinearHead", "DenseHead", "LabelTokenHead", "HEADS", "LABEL_TOKEN_SCORERS"]
+__all__ = [
+    "Head",
+    "LinearHead",
+    "DenseHead",
+    "LabelTokenHead",
+    "HEADS",
+    "register_head",
+    "LABEL_TOKEN_SCORERS",
+]
+
+register_head = HEADS.register
 
 
-class LinearHead(nn.Module):
-    """Dropout and a linear layer (BERT style)."""
+def _hidden_size(config: PooledConfig) -> int:
+    return config.backbone_config.hidden_size
+
+
+class Head(nn.Module, Component):
+    """Base class of the classification heads chosen by ``classifier_head``: ``(config, input_dim)`` ->
+    a module from pooled vectors ``[B, input_dim]`` to logits ``[B, num_labels]``. Every head reads
+    ``classifier_dropout``; ``config_options`` lists the settings a head reads besides."""
 
     def __init__(self, config: PooledConfig, input_dim: int):
         super().__init__()
+
+
+@HEADS.register("linear")
+class LinearHead(Head):
+    """Dropout and a linear layer (BERT style)."""
+
+    def __init__(self, config: PooledConfig, input_dim: int):
+        super().__init__(config, input_dim)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.out_proj = nn.Linear(input_dim, config.num_labels)
 
@@ -31,11 +57,25 @@ class LinearHead(nn.Module):
         return self.out_proj(self.dropout(pooled))
 
 
-class DenseHead(nn.Module):
+@HEADS.register("dense")
+class DenseHead(Head):
     """Dropout, dense, activation, dropout and an output projection (RoBERTa/ESM style)."""
 
+    config_options = {"classifier_hidden_size": _hidden_size, "classifier_activation": "tanh"}
+
+    @classmethod
+    def check_config(cls, config):
+        size = config.classifier_hidden_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"classifier_hidden_size must be an integer >= 1, got {size!r}.")
+        if config.classifier_activation not in ACT2FN:
+            raise ValueError(
+                f"Unknown classifier_activation {config.classifier_activation!r}. "
+                f"Valid choices: {', '.join(sorted(ACT2FN))}."
+            )
+
     def __init__(self, config: PooledConfig, input_dim: int):
-        super().__init__()
+        super().__init__(config, input_dim)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.dense = nn.Linear(input_dim, config.classifier_hidden_size)
         self.activation = ACT2FN[config.classifier_activation]
@@ -45,8 +85,6 @@ class DenseHead(nn.Module):
         hidden = self.activation(self.dense(self.dropout(pooled)))
         return self.out_proj(self.dropout(hidden))
 
-
-HEADS: dict[str, type[nn.Module]] = {"linear": LinearHead, "dense": DenseHead}
 
 LABEL_TOKEN_SCORERS = ("per_label", "shared")
 

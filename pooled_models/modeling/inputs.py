@@ -7,12 +7,10 @@ torch, transformers and its sibling model files.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
-__all__ = ["check_inputs", "as_label_tensor"]
+__all__ = ["check_inputs"]
 
 
 def check_inputs(
@@ -38,16 +36,3 @@ def check_inputs(
             f"vocabulary has {vocab_size} entries (ids 0 to {vocab_size - 1}). Was the text tokenized with another "
             "model's tokenizer? After adding tokens, call model.resize_token_embeddings(len(tokenizer))."
         )
-
-
-def as_label_tensor(labels: Any) -> torch.Tensor:
-    """Labels as a tensor: a list or array of class ids / multi-hot rows / numbers is converted, like Trainer's."""
-    if isinstance(labels, torch.Tensor):
-        return labels
-    try:
-        return torch.as_tensor(labels)
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise ValueError(
-            f"labels must be a tensor (or a list of class ids, multi-hot rows or numbers), got "
-            f"{type(labels).__name__}: {error}"
-        ) from error

@@ -19,7 +19,6 @@ torch, transformers and its sibling model files.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -27,27 +26,16 @@ from torch import nn
 from transformers import initialization as init
 
 from .heads import LABEL_TOKEN_SCORERS, LabelTokenHead
-from .pooling import Pooler, register_pooler
+from .pooling import POOLINGS, Pooler
+from .registry import LABEL_TOKEN_INITS, Component
 
 if TYPE_CHECKING:
     from .configuration_pooled import PooledConfig
 
-__all__ = ["LabelTokenPooler", "LABEL_TOKEN_INITS", "label_token_settings_from_tokenizer"]
+__all__ = ["LabelTokenPooler", "LabelTokenInit", "LABEL_TOKEN_INITS", "label_token_settings_from_tokenizer"]
 
-LABEL_TOKEN_INITS = ("label_text", "vocab_mean", "cls", "random")
 # Where the label tokens go: after this many leading tokens of the text; -1 puts them after the text.
 AFTER_THE_TEXT = -1
-
-
-def _default_init_ids(config: PooledConfig) -> list[list[int]] | None:
-    # For "cls" the id can come from the backbone config; "label_text" needs a tokenizer (from_backbone).
-    if config.label_token_init != "cls":
-        return None
-    backbone = config.backbone_config
-    cls_id = getattr(backbone, "cls_token_id", None)
-    if cls_id is None:
-        cls_id = getattr(backbone, "bos_token_id", None)
-    return None if cls_id is None else [[int(cls_id)] for _ in range(config.num_labels)]
 
 
 def _default_per_pass(config: PooledConfig) -> int:
@@ -59,20 +47,14 @@ def _default_per_pass(config: PooledConfig) -> int:
 
 
 def label_token_settings_from_tokenizer(config_kwargs: dict[str, Any], tokenizer) -> dict[str, Any]:
-    """The settings only a tokenizer knows: label-name token ids and the number of leading special tokens."""
+    """The settings only a tokenizer knows: the token ids labels start from, and the number of leading special
+    tokens (where the label tokens go)."""
     settings: dict[str, Any] = {}
-    label_init = config_kwargs.get("label_token_init", LabelTokenPooler.config_options["label_token_init"])
-    if config_kwargs.get("label_token_init_ids") is None and label_init in ("label_text", "cls"):
-        names = _label_names(config_kwargs)
-        if label_init == "cls":
-            cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
-            if cls_id is None:
-                raise ValueError(
-                    "label_token_init='cls' but the tokenizer has neither a CLS nor a BOS token."
-                )
-            settings["label_token_init_ids"] = [[int(cls_id)] for _ in names]
-        else:
-            settings["label_token_init_ids"] = [_label_text_ids(tokenizer, name) for name in names]
+    init = LABEL_TOKEN_INITS.lookup(config_kwargs.get("label_token_init") or DEFAULT_INIT)
+    if config_kwargs.get("label_token_init_ids") is None:
+        ids = init.ids_from_tokenizer(_label_names(config_kwargs), tokenizer)
+        if ids is not None:
+            settings["label_token_init_ids"] = ids
     if config_kwargs.get("label_token_position") is None:
         probe = tokenizer("x")["input_ids"]
         settings["label_token_position"] = 1 if probe and probe[0] in set(tokenizer.all_special_ids) else 0
@@ -86,22 +68,135 @@ def _label_names(config_kwargs: dict[str, Any]) -> list[str]:
     return [f"LABEL_{index}" for index in range(config_kwargs.get("num_labels", 2))]
 
 
-def _label_text_ids(tokenizer, name: str) -> list[int]:
-    ids = tokenizer(str(name), add_special_tokens=False)["input_ids"]
-    if not ids:
-        raise ValueError(
-            f"label_token_init='label_text': the label name {name!r} has no tokens to start from."
-        )
-    return [int(i) for i in ids]
+# ----------------------------------------------------------------------------------------------------
+# Where the label embeddings start (label_token_init)
+# ----------------------------------------------------------------------------------------------------
+
+DEFAULT_INIT = "label_text"
 
 
-@register_pooler("label_tokens")
+class LabelTokenInit(Component):
+    """A way to initialise the label embeddings, registered with ``@LABEL_TOKEN_INITS.register(name)``."""
+
+    @classmethod
+    def ids_from_tokenizer(cls, label_names: list[str], tokenizer) -> list[list[int]] | None:
+        """The ``label_token_init_ids`` this initialisation reads, from the backbone's tokenizer (None: none)."""
+        return None
+
+    @staticmethod
+    def initialise(parameter: nn.Parameter, word_embeddings: torch.Tensor, config: PooledConfig) -> None:
+        raise NotImplementedError
+
+
+def _cls_ids_from_backbone(config: PooledConfig) -> list[list[int]] | None:
+    backbone = config.backbone_config
+    cls_id = getattr(backbone, "cls_token_id", None)
+    if cls_id is None:
+        cls_id = getattr(backbone, "bos_token_id", None)
+    return None if cls_id is None else [[int(cls_id)] for _ in range(config.num_labels)]
+
+
+class _FromTokenIds(LabelTokenInit):
+    """Each label starts at the mean input embedding of its own token ids (``label_token_init_ids``)."""
+
+    @classmethod
+    def check_config(cls, config):
+        ids, num_labels = config.label_token_init_ids, config.num_labels
+        if ids is None:
+            raise ValueError(
+                f"label_token_init={config.label_token_init!r} needs label_token_init_ids (the token ids each label "
+                "starts from): build the model with from_backbone(), which reads them with the backbone's "
+                "tokenizer, pass them, or choose label_token_init='vocab_mean' or 'random'."
+            )
+        if not (isinstance(ids, list) and len(ids) == num_labels):
+            raise ValueError(
+                f"label_token_init_ids must hold one list of token ids per label ({num_labels}), got "
+                f"{len(ids) if isinstance(ids, list) else type(ids).__name__}."
+            )
+        vocab_size = config.backbone_config.vocab_size
+        for label, token_ids in enumerate(ids):
+            if not (
+                isinstance(token_ids, list)
+                and len(token_ids) > 0
+                and all(
+                    isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in token_ids
+                )
+            ):
+                raise ValueError(
+                    f"label_token_init_ids[{label}] = {token_ids!r} must be a non-empty list of token ids in "
+                    f"[0, {vocab_size - 1}]."
+                )
+
+    @staticmethod
+    def initialise(parameter, word_embeddings, config):
+        vectors = [
+            word_embeddings[torch.tensor(ids, device=word_embeddings.device)].mean(dim=0)
+            for ids in config.label_token_init_ids
+        ]
+        init.copy_(parameter, torch.stack(vectors))
+
+
+@LABEL_TOKEN_INITS.register("label_text")
+class FromLabelText(_FromTokenIds):
+    """Each label starts at the mean embedding of its name's tokens ("billing" at the embedding of "billing")."""
+
+    config_options = {"label_token_init_ids": None}  # read from the tokenizer by from_backbone, or given
+
+    @classmethod
+    def ids_from_tokenizer(cls, label_names, tokenizer):
+        ids = []
+        for name in label_names:
+            tokens = tokenizer(str(name), add_special_tokens=False)["input_ids"]
+            if not tokens:
+                raise ValueError(
+                    f"label_token_init='label_text': the label name {name!r} has no tokens to start from."
+                )
+            ids.append([int(i) for i in tokens])
+        return ids
+
+
+@LABEL_TOKEN_INITS.register("cls")
+class FromCLS(_FromTokenIds):
+    """Every label starts at the embedding of the CLS (or BOS) token."""
+
+    config_options = {"label_token_init_ids": _cls_ids_from_backbone}
+
+    @classmethod
+    def ids_from_tokenizer(cls, label_names, tokenizer):
+        cls_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+        if cls_id is None:
+            raise ValueError("label_token_init='cls' but the tokenizer has neither a CLS nor a BOS token.")
+        return [[int(cls_id)] for _ in label_names]
+
+
+@LABEL_TOKEN_INITS.register("vocab_mean")
+class FromVocabularyMean(LabelTokenInit):
+    """Every label starts at the mean of all input embeddings."""
+
+    @staticmethod
+    def initialise(parameter, word_embeddings, config):
+        init.copy_(parameter, word_embeddings.mean(dim=0).expand_as(parameter))
+
+
+@LABEL_TOKEN_INITS.register("random")
+class FromNoise(LabelTokenInit):
+    """Normal noise with the model's ``initializer_range``."""
+
+    @staticmethod
+    def initialise(parameter, word_embeddings, config):
+        init.normal_(parameter, std=config.initializer_range)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The pooler
+# ----------------------------------------------------------------------------------------------------
+
+
+@POOLINGS.register("label_tokens")
 class LabelTokenPooler(Pooler):
     """One learned token per label placed in the input; returns each label's final hidden state ``[B, L, H]``."""
 
     config_options = {
-        "label_token_init": "label_text",
-        "label_token_init_ids": _default_init_ids,
         "label_token_scorer": "per_label",
         "label_token_position": 1,
         "label_tokens_per_pass": _default_per_pass,
@@ -109,10 +204,25 @@ class LabelTokenPooler(Pooler):
     head_class = LabelTokenHead
 
     @classmethod
+    def options_for(cls, config):
+        # label_token_init first: the settings of the chosen initialisation (its token ids) depend on it.
+        options = {"label_token_init": DEFAULT_INIT}
+        init_name = config.label_token_init or DEFAULT_INIT
+        if init_name in LABEL_TOKEN_INITS:
+            options.update(LABEL_TOKEN_INITS[init_name].options_for(config))
+        return {**options, **cls.config_options}
+
+    @classmethod
+    def every_option(cls):
+        return {"label_token_init", *cls.config_options} | LABEL_TOKEN_INITS.every_option()
+
+    @classmethod
     def tokenizer_settings(cls, config_kwargs, load_tokenizer):
-        needs_ids = config_kwargs.get("label_token_init_ids") is None and config_kwargs.get(
-            "label_token_init", cls.config_options["label_token_init"]
-        ) in ("label_text", "cls")
+        init = LABEL_TOKEN_INITS.lookup(config_kwargs.get("label_token_init") or DEFAULT_INIT)
+        needs_ids = (
+            config_kwargs.get("label_token_init_ids") is None
+            and "label_token_init_ids" in init.config_options
+        )
         if not needs_ids and config_kwargs.get("label_token_position") is not None:
             return {}
         return label_token_settings_from_tokenizer(config_kwargs, load_tokenizer())
@@ -124,41 +234,11 @@ class LabelTokenPooler(Pooler):
                 raise ValueError(message)
 
         num_labels = config.num_labels
-        require(
-            config.label_token_init in LABEL_TOKEN_INITS,
-            f"Unknown label_token_init {config.label_token_init!r}. Valid choices: {', '.join(LABEL_TOKEN_INITS)}.",
-        )
+        LABEL_TOKEN_INITS.lookup(config.label_token_init).check_config(config)
         require(
             config.label_token_scorer in LABEL_TOKEN_SCORERS,
             f"Unknown label_token_scorer {config.label_token_scorer!r}. Valid choices: {', '.join(LABEL_TOKEN_SCORERS)}.",
         )
-        ids = config.label_token_init_ids
-        if config.label_token_init in ("label_text", "cls"):
-            require(
-                ids is not None,
-                f"label_token_init={config.label_token_init!r} needs label_token_init_ids (the token ids each label "
-                "starts from): build the model with from_backbone(), which reads them with the backbone's "
-                "tokenizer, pass them, or choose label_token_init='vocab_mean' or 'random'.",
-            )
-            vocab_size = config.backbone_config.vocab_size
-            require(
-                isinstance(ids, list) and len(ids) == num_labels,
-                f"label_token_init_ids must hold one list of token ids per label ({num_labels}), got "
-                f"{len(ids) if isinstance(ids, list) else type(ids).__name__}.",
-            )
-            for label, token_ids in enumerate(ids):
-                require(
-                    isinstance(token_ids, list)
-                    and len(token_ids) > 0
-                    and all(isinstance(i, int) and 0 <= i < vocab_size for i in token_ids),
-                    f"label_token_init_ids[{label}] = {token_ids!r} must be a non-empty list of token ids in "
-                    f"[0, {vocab_size - 1}].",
-                )
-        else:
-            require(
-                ids is None,
-                f"label_token_init_ids does not apply to label_token_init={config.label_token_init!r}.",
-            )
         position = config.label_token_position
         require(
             isinstance(position, int) and not isinstance(position, bool) and position >= AFTER_THE_TEXT,
@@ -183,12 +263,14 @@ class LabelTokenPooler(Pooler):
         self.position = config.label_token_position
         self.per_pass = config.label_tokens_per_pass
         self.num_passes = math.ceil(self.num_labels / self.per_pass)
+        self.added_tokens = self.per_pass  # every input carries one pass of label tokens
 
     # -- initialisation -------------------------------------------------------------------------------
 
     def init_parameters(self, config, input_embeddings):
-        initialise = _INITIALISERS[config.label_token_init]
-        initialise(self.label_embeddings, input_embeddings.weight, config)
+        LABEL_TOKEN_INITS.lookup(config.label_token_init).initialise(
+            self.label_embeddings, input_embeddings.weight, config
+        )
 
     # -- checks against the backbone -------------------------------------------------------------------
 
@@ -338,28 +420,3 @@ class _Layout:
         states = hidden_states.gather(1, index)  # [B', G, H]
         states = states.reshape(-1, self.num_passes * self.per_pass, hidden_states.shape[-1])
         return states[:, : self.num_labels]
-
-
-def _init_random(parameter, word_embeddings, config):
-    init.normal_(parameter, std=config.initializer_range)
-
-
-def _init_vocab_mean(parameter, word_embeddings, config):
-    init.copy_(parameter, word_embeddings.mean(dim=0).expand_as(parameter))
-
-
-def _init_from_token_ids(parameter, word_embeddings, config):
-    # "cls": every label starts at the CLS embedding; "label_text": at the mean of its name's tokens.
-    vectors = [
-        word_embeddings[torch.tensor(ids, device=word_embeddings.device)].mean(dim=0)
-        for ids in config.label_token_init_ids
-    ]
-    init.copy_(parameter, torch.stack(vectors))
-
-
-_INITIALISERS: dict[str, Callable] = {
-    "random": _init_random,
-    "vocab_mean": _init_vocab_mean,
-    "cls": _init_from_token_ids,
-    "label_text": _init_from_token_ids,
-}

@@ -1,8 +1,9 @@
-"""Problem types, label checks and the loss of a sequence classifier.
+"""The loss of a sequence classifier, chosen by ``problem_type``; multi-label losses registered by name.
 
-Labels are checked before the loss is computed, so a wrong shape, dtype or class id raises a
-``ValueError`` that names what was expected and what arrived, instead of a broadcast warning, a silent
-wrong loss or a device-side assert on GPU.
+A multi-label loss is a :class:`MultiLabelLoss` registered with ``@MULTI_LABEL_LOSSES.register(name)``: its
+``config_options`` are the ``PooledConfig`` settings it reads (with their defaults), ``check_config`` checks them,
+and ``compute`` gives the loss, so ``PooledConfig(multi_label_loss=name)`` validates, fills and saves its settings
+like those of a built-in one.
 
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
 torch, transformers and its sibling model files.
@@ -13,128 +14,54 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["PROBLEM_TYPES", "MULTI_LABEL_LOSSES", "infer_problem_type", "check_labels", "classification_loss"]
+from .problem_types import REGRESSION, SINGLE_LABEL
+from .registry import MULTI_LABEL_LOSSES, Component
+from .targets import IGNORE_INDEX
 
-PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+__all__ = [
+    "MULTI_LABEL_LOSSES",
+    "MultiLabelLoss",
+    "BCELoss",
+    "FocalLoss",
+    "AsymmetricLoss",
+    "register_multi_label_loss",
+    "classification_loss",
+]
 
-# Cross-entropy skips these targets (transformers' convention for padding labels).
-IGNORE_INDEX = -100
-
-
-def infer_problem_type(labels: torch.Tensor, num_labels: int) -> str:
-    """The problem type transformers infers from the first labels it sees.
-
-    One addition: integer labels shaped ``[batch, num_labels]`` are multi-hot targets, not class ids.
-    """
-    if num_labels == 1:
-        return "regression"
-    is_integer = not labels.is_floating_point() and labels.dtype != torch.bool
-    if is_integer and not (labels.ndim == 2 and labels.shape[-1] == num_labels):
-        return "single_label_classification"
-    return "multi_label_classification"
-
-
-def check_labels(labels: torch.Tensor, problem_type: str, num_labels: int, batch_size: int) -> torch.Tensor:
-    """Validate ``labels`` for ``problem_type`` and return them in the shape and dtype the loss takes."""
-    if problem_type not in PROBLEM_TYPES:
-        raise ValueError(f"Unknown problem_type {problem_type!r}. Valid choices: {', '.join(PROBLEM_TYPES)}.")
-    if labels.ndim == 0 or labels.shape[0] != batch_size:
-        raise ValueError(
-            f"labels has shape {tuple(labels.shape)} but the batch has {batch_size} rows; "
-            "the first dimension of labels must be the batch."
-        )
-    if problem_type == "single_label_classification":
-        return _check_class_ids(labels, num_labels, batch_size)
-    if problem_type == "multi_label_classification":
-        return _check_multi_hot(labels, num_labels, batch_size)
-    return _check_regression_targets(labels, num_labels, batch_size)
-
-
-def _check_class_ids(labels, num_labels, batch_size):
-    if num_labels < 2:
-        raise ValueError(
-            f"single_label_classification needs num_labels >= 2, got num_labels={num_labels}: use "
-            "num_labels=2 for a binary classifier, or problem_type='regression' for one output."
-        )
-    if labels.is_floating_point() or labels.dtype == torch.bool:
-        raise ValueError(
-            f"single_label_classification expects integer class ids (torch.long), got dtype {labels.dtype}."
-        )
-    if labels.ndim == 2 and labels.shape[1] == 1:
-        labels = labels.squeeze(1)
-    if labels.ndim != 1:
-        raise ValueError(
-            f"single_label_classification expects labels of shape ({batch_size},), one class id per row, "
-            f"got shape {tuple(labels.shape)}."
-        )
-    out_of_range = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_labels))
-    if out_of_range.any():
-        row = int(out_of_range.nonzero()[0, 0])
-        raise ValueError(
-            f"labels[{row}] = {int(labels[row])} is not a class id: with num_labels={num_labels} class ids "
-            f"must be in [0, {num_labels - 1}] (or {IGNORE_INDEX} to ignore the row)."
-        )
-    return labels.long()
-
-
-def _check_multi_hot(labels, num_labels, batch_size):
-    if labels.ndim != 2 or labels.shape[1] != num_labels:
-        raise ValueError(
-            f"multi_label_classification expects labels of shape ({batch_size}, {num_labels}), one 0/1 column "
-            f"per label, got shape {tuple(labels.shape)}."
-        )
-    labels = labels.float()
-    outside = (labels < 0) | (labels > 1) | labels.isnan()
-    if outside.any():
-        row, column = (int(i) for i in outside.nonzero()[0])
-        raise ValueError(
-            f"labels[{row}, {column}] = {float(labels[row, column])}: multi-label targets must lie in [0, 1]."
-        )
-    return labels
-
-
-def _check_regression_targets(labels, num_labels, batch_size):
-    expected = (batch_size,) if num_labels == 1 else (batch_size, num_labels)
-    if num_labels == 1 and labels.ndim == 2 and labels.shape[1] == 1:
-        labels = labels.squeeze(1)
-    if tuple(labels.shape) != expected:
-        raise ValueError(f"regression expects labels of shape {expected}, got shape {tuple(labels.shape)}.")
-    if labels.dtype == torch.bool:
-        raise ValueError("regression expects numeric targets, got dtype torch.bool.")
-    labels = labels.float()
-    if not torch.isfinite(labels).all():
-        row = int((~torch.isfinite(labels)).nonzero()[0, 0])
-        raise ValueError(
-            f"regression targets must be finite numbers; row {row} holds {labels[row].tolist()}."
-        )
-    return labels
-
-
-# Multi-label losses and the settings each reads, with their defaults.
-MULTI_LABEL_LOSSES: dict[str, dict[str, float]] = {
-    "bce": {},
-    "focal": {"focal_gamma": 2.0},
-    "asymmetric": {"asymmetric_gamma_neg": 4.0, "asymmetric_gamma_pos": 0.0, "asymmetric_clip": 0.05},
-}
+register_multi_label_loss = MULTI_LABEL_LOSSES.register
 EPS = 1e-8
 
 
 def classification_loss(logits: torch.Tensor, labels: torch.Tensor, config) -> torch.Tensor:
-    """The loss for ``config.problem_type`` (in float32), on labels that passed :func:`check_labels`."""
+    """The loss for ``config.problem_type`` (in float32), on labels that passed ``targets.check_labels``."""
     logits = logits.float()
-    if config.problem_type == "regression":
+    if config.problem_type == REGRESSION:
         predictions = logits.squeeze(-1) if labels.ndim == 1 else logits
         return nn.functional.mse_loss(predictions, labels)
-    if config.problem_type == "single_label_classification":
+    if config.problem_type == SINGLE_LABEL:
         return nn.functional.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
     pos_weight = None
     if config.pos_weight is not None:
         pos_weight = torch.tensor(config.pos_weight, dtype=logits.dtype, device=logits.device)
-    return _MULTI_LABEL_LOSS_FUNCTIONS[config.multi_label_loss](logits, labels, pos_weight, config)
+    return MULTI_LABEL_LOSSES.lookup(config.multi_label_loss).compute(logits, labels, pos_weight, config)
 
 
-def _bce(logits, targets, pos_weight, config):
-    return nn.functional.binary_cross_entropy_with_logits(logits, targets, pos_weight=pos_weight)
+class MultiLabelLoss(Component):
+    """A loss over ``[B, L]`` logits and 0/1 targets, averaged over every (row, label) like BCE so that the same
+    learning rates apply. Its settings are numbers in [0, 100) unless ``check_config`` says otherwise."""
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        for name in cls.config_options:
+            value = getattr(config, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 100:
+                raise ValueError(f"{name} must be a number in [0, 100), got {value!r}.")
+
+    @staticmethod
+    def compute(
+        logits: torch.Tensor, targets: torch.Tensor, pos_weight: torch.Tensor | None, config
+    ) -> torch.Tensor:
+        raise NotImplementedError
 
 
 def _focusing(probability: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -142,30 +69,53 @@ def _focusing(probability: torch.Tensor, gamma: float) -> torch.Tensor:
     return torch.ones_like(probability) if gamma == 0 else probability.clamp(min=EPS).pow(gamma)
 
 
-def _focal(logits, targets, pos_weight, config):
+@MULTI_LABEL_LOSSES.register("bce")
+class BCELoss(MultiLabelLoss):
+    """Binary cross-entropy on each label's sigmoid."""
+
+    @staticmethod
+    def compute(logits, targets, pos_weight, config):
+        return nn.functional.binary_cross_entropy_with_logits(logits, targets, pos_weight=pos_weight)
+
+
+@MULTI_LABEL_LOSSES.register("focal")
+class FocalLoss(MultiLabelLoss):
     """Focal loss (Lin et al., 2017), sigmoid form: BCE scaled by (1 - p_t)^gamma, so easy cases count less."""
-    bce = nn.functional.binary_cross_entropy_with_logits(
-        logits, targets, pos_weight=pos_weight, reduction="none"
-    )
-    probability = torch.sigmoid(logits)
-    p_true = probability * targets + (1 - probability) * (1 - targets)
-    return (_focusing(1 - p_true, config.focal_gamma) * bce).mean()
+
+    config_options = {"focal_gamma": 2.0}
+
+    @staticmethod
+    def compute(logits, targets, pos_weight, config):
+        bce = nn.functional.binary_cross_entropy_with_logits(
+            logits, targets, pos_weight=pos_weight, reduction="none"
+        )
+        probability = torch.sigmoid(logits)
+        p_true = probability * targets + (1 - probability) * (1 - targets)
+        return (_focusing(1 - p_true, config.focal_gamma) * bce).mean()
 
 
-def _asymmetric(logits, targets, pos_weight, config):
+@MULTI_LABEL_LOSSES.register("asymmetric")
+class AsymmetricLoss(MultiLabelLoss):
     """Asymmetric loss (Ridnik et al., 2021): negatives are focused harder and shifted by ``asymmetric_clip``.
 
     Positives: (1 - p)^gamma_pos * log(p); negatives: p_m^gamma_neg * log(1 - p_m) with p_m = max(p - clip, 0),
-    so easy negatives (p < clip) add nothing. Averaged over every (row, label) like BCE, so the same
-    learning rates apply.
+    so easy negatives (p < clip) add nothing.
     """
-    probability = torch.sigmoid(logits)
-    shifted = (probability - config.asymmetric_clip).clamp(min=0)
-    positive = _focusing(1 - probability, config.asymmetric_gamma_pos) * nn.functional.logsigmoid(logits)
-    if pos_weight is not None:
-        positive = positive * pos_weight
-    negative = _focusing(shifted, config.asymmetric_gamma_neg) * torch.log((1 - shifted).clamp(min=EPS))
-    return -(targets * positive + (1 - targets) * negative).mean()
 
+    config_options = {"asymmetric_gamma_neg": 4.0, "asymmetric_gamma_pos": 0.0, "asymmetric_clip": 0.05}
 
-_MULTI_LABEL_LOSS_FUNCTIONS = {"bce": _bce, "focal": _focal, "asymmetric": _asymmetric}
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        if not config.asymmetric_clip < 1:
+            raise ValueError(f"asymmetric_clip must be in [0, 1), got {config.asymmetric_clip!r}.")
+
+    @staticmethod
+    def compute(logits, targets, pos_weight, config):
+        probability = torch.sigmoid(logits)
+        shifted = (probability - config.asymmetric_clip).clamp(min=0)
+        positive = _focusing(1 - probability, config.asymmetric_gamma_pos) * nn.functional.logsigmoid(logits)
+        if pos_weight is not None:
+            positive = positive * pos_weight
+        negative = _focusing(shifted, config.asymmetric_gamma_neg) * torch.log((1 - shifted).clamp(min=EPS))
+        return -(targets * positive + (1 - targets) * negative).mean()

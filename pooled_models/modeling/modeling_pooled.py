@@ -22,9 +22,11 @@ from transformers.utils.generic import can_return_tuple
 from .backbone import build_backbone, load_backbone, position_ids_from_mask, position_offset
 from .configuration_pooled import PooledConfig
 from .heads import HEADS, LabelTokenHead
-from .inputs import as_label_tensor, check_inputs
-from .losses import check_labels, classification_loss, infer_problem_type
-from .pooling import Pooler, build_pooler, get_pooler_class
+from .inputs import check_inputs
+from .losses import classification_loss
+from .pooling import POOLINGS, Pooler, build_pooler
+from .problem_types import infer_problem_type
+from .targets import as_label_tensor, check_labels
 
 __all__ = ["PooledPreTrainedModel", "PooledModel", "PooledForSequenceClassification", "AUTO_MAP"]
 
@@ -47,6 +49,15 @@ class PooledPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
+
+    def get_backbone(self) -> PreTrainedModel:
+        """The Transformers model the pooler reads (BERT, RoBERTa, ESM...)."""
+        return self.base_model.backbone
+
+    @property
+    def added_tokens(self) -> int:
+        """Tokens the pooler adds to every input (label tokens), which a text's length limit must leave room for."""
+        return self.base_model.pooler.added_tokens
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -104,7 +115,7 @@ class PooledPreTrainedModel(PreTrainedModel):
                 return tokenizer
             return AutoTokenizer.from_pretrained(backbone_name_or_path, trust_remote_code=False, **hub_kwargs)
 
-        config_kwargs.update(get_pooler_class(pooling).tokenizer_settings(config_kwargs, load_tokenizer))
+        config_kwargs.update(POOLINGS.lookup(pooling).tokenizer_settings(config_kwargs, load_tokenizer))
         config = PooledConfig(backbone_config=backbone_config, pooling=pooling, **config_kwargs)
         backbone = load_backbone(backbone_name_or_path, config.backbone_config, **backbone_kwargs)
         model = cls(config, backbone=backbone)
@@ -243,9 +254,14 @@ class PooledForSequenceClassification(PooledPreTrainedModel):
         self.num_labels = config.num_labels
         self.pooled = PooledModel(config, backbone=backbone)
         pooler = self.pooled.pooler
-        head_class = pooler.head_class or HEADS[config.classifier_head]
+        head_class = pooler.head_class or HEADS.lookup(config.classifier_head)
         self.classifier = head_class(config, pooler.output_dim)
         self.post_init()
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The pooler's and the head's parameters: those ``from_backbone`` initialises at random, which train
+        best with a larger learning rate than the pretrained backbone."""
+        return [*self.pooled.pooler.parameters(), *self.classifier.parameters()]
 
     def get_input_embeddings(self) -> nn.Module:
         return self.pooled.get_input_embeddings()

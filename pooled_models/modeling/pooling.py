@@ -1,6 +1,8 @@
-"""Pooling strategies: one vector per sequence from a backbone's hidden states.
+"""Pooling strategies: one vector per sequence from a backbone's hidden states. This module holds the base class,
+the masking helpers and the token reductions; the layer strategies are in ``layer_pooling.py`` and the label-token
+pooling in ``label_tokens.py``.
 
-Every strategy is a small ``nn.Module`` registered by name with ``@register_pooler``. A pooler:
+Every strategy is a small ``nn.Module`` registered by name with ``@POOLINGS.register(name)``. A pooler:
 
 * reads its settings from a :class:`~.configuration_pooled.PooledConfig` (``config_options`` lists
   the settings it reads and their defaults, so the config can reject settings that do not apply);
@@ -9,13 +11,8 @@ Every strategy is a small ``nn.Module`` registered by name with ``@register_pool
   is asked for them only when they are used;
 * never writes into the tensors it is given: masks are applied with ``masked_fill`` on new tensors.
 
-Two families live here:
-
-* token reductions (``cls``, ``mean``, ``max``, ``attention``, ...): ``[B, T, H]`` and the attention
-  mask to ``[B, D]``;
-* layer strategies (``concat_layers``, ``weighted_layer``, ``lstm``): a *layer selection* (every
-  hidden state from ``layer_start`` on) reduced by any token reduction (``layer_token_pooling``) and
-  combined by concatenation, learned weights or an LSTM.
+Token reductions (``cls``, ``mean``, ``max``, ``attention``, ...) take ``[B, T, H]`` and the attention mask to
+``[B, D]``; their maths is in plain functions (``reduce_mean``, ``masked_extreme``...) tested on tensors.
 
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
 torch, transformers and its sibling model files.
@@ -30,76 +27,49 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from .registry import POOLINGS, Component
+
 if TYPE_CHECKING:
     from .configuration_pooled import PooledConfig
 
 __all__ = [
+    "POOLINGS",
     "POOLERS",
     "Pooler",
     "TokenPooler",
-    "LayerPooler",
     "register_pooler",
     "get_pooler_class",
     "build_pooler",
     "token_pooling_names",
 ]
 
-POOLERS: dict[str, type[Pooler]] = {}
-
-
-def register_pooler(name: str) -> Callable[[type[Pooler]], type[Pooler]]:
-    """Class decorator that makes a pooler available as ``PooledConfig(pooling=name)``."""
-
-    def register(cls: type[Pooler]) -> type[Pooler]:
-        if name in POOLERS:
-            raise ValueError(f"pooling {name!r} is already registered by {POOLERS[name].__qualname__}")
-        cls.name = name
-        POOLERS[name] = cls
-        return cls
-
-    return register
-
-
-def get_pooler_class(name: str) -> type[Pooler]:
-    if name not in POOLERS:
-        raise ValueError(f"Unknown pooling {name!r}. Valid choices: {', '.join(sorted(POOLERS))}.")
-    return POOLERS[name]
+# The pooling registry, under the names of the public API since 0.1 (pooled_models.POOLERS, register_pooler).
+POOLERS = POOLINGS
+register_pooler = POOLINGS.register
+get_pooler_class = POOLINGS.lookup
 
 
 def build_pooler(config: PooledConfig) -> Pooler:
-    return get_pooler_class(config.pooling)(config)
+    return POOLINGS.lookup(config.pooling)(config)
 
 
 def token_pooling_names() -> list[str]:
     """Names of the token reductions, i.e. the valid values of ``layer_token_pooling``."""
-    return sorted(name for name, cls in POOLERS.items() if issubclass(cls, TokenPooler))
+    return sorted(name for name, cls in POOLINGS.items() if issubclass(cls, TokenPooler))
 
 
-# A default is a constant, or a function of the config for defaults that depend on the backbone.
-OptionDefault = Any | Callable[["PooledConfig"], Any]
-
-
-class Pooler(nn.Module):
+class Pooler(nn.Module, Component):
     """Base class of all poolers. Subclasses set ``output_dim`` in ``__init__`` and implement ``forward``.
 
     A pooler that also edits the backbone's input (label tokens) overrides :meth:`encode` and may name
     its own ``head_class``; every other pooler gets the head chosen by ``config.classifier_head``.
     """
 
-    name: ClassVar[str] = ""
-    config_options: ClassVar[dict[str, OptionDefault]] = {}
     head_class: ClassVar[type[nn.Module] | None] = None
     output_dim: int
     needs_all_hidden_states: bool = False
-
-    @classmethod
-    def options_for(cls, config: PooledConfig) -> dict[str, OptionDefault]:
-        """The config settings this pooling reads (for this config), with their defaults."""
-        return dict(cls.config_options)
-
-    @classmethod
-    def check_config(cls, config: PooledConfig) -> None:
-        """Raise ``ValueError`` for settings out of range; called once the defaults are filled in."""
+    # Tokens the pooler adds to every input (label tokens), which the text's length limit must leave room for.
+    added_tokens: int = 0
 
     def init_parameters(self, config: PooledConfig, input_embeddings: nn.Module) -> None:
         """Initialise the parameters ``PreTrainedModel._init_weights`` does not know (plain ``nn.Parameter``s)."""
@@ -135,11 +105,11 @@ class Pooler(nn.Module):
         raise NotImplementedError
 
 
-def _hidden_size(config: PooledConfig) -> int:
+def hidden_size_of(config: PooledConfig) -> int:
     return config.backbone_config.hidden_size
 
 
-def _require_int(name: str, value: Any, minimum: int) -> None:
+def require_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
 
@@ -206,7 +176,7 @@ class TokenPooler(Pooler):
 
     def __init__(self, config: PooledConfig):
         super().__init__()
-        self.hidden_size = _hidden_size(config)
+        self.hidden_size = hidden_size_of(config)
         self.output_dim = self.hidden_size * self.width_factor
 
     def forward(self, hidden_states, attention_mask=None, all_hidden_states=None):
@@ -229,7 +199,7 @@ def reduce_max(hidden_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked_extreme(hidden_states, mask, largest=True)
 
 
-@register_pooler("cls")
+@POOLINGS.register("cls")
 class CLSPooler(TokenPooler):
     """The first real token (the ``[CLS]``/``<s>`` position), found from the mask so left padding works."""
 
@@ -237,7 +207,7 @@ class CLSPooler(TokenPooler):
         return reduce_cls(hidden_states, mask)
 
 
-@register_pooler("last_token")
+@POOLINGS.register("last_token")
 class LastTokenPooler(TokenPooler):
     """The last real token: the one that has seen the whole text in a decoder (GPT-2, Llama, ...)."""
 
@@ -245,7 +215,7 @@ class LastTokenPooler(TokenPooler):
         return gather_tokens(hidden_states, last_token_index(mask))
 
 
-@register_pooler("mean")
+@POOLINGS.register("mean")
 class MeanPooler(TokenPooler):
     """Average of the real tokens (the sentence-transformers default)."""
 
@@ -253,7 +223,7 @@ class MeanPooler(TokenPooler):
         return reduce_mean(hidden_states, mask)
 
 
-@register_pooler("max")
+@POOLINGS.register("max")
 class MaxPooler(TokenPooler):
     """Element-wise maximum over the real tokens; padding never wins, even when all real values are negative."""
 
@@ -261,7 +231,7 @@ class MaxPooler(TokenPooler):
         return reduce_max(hidden_states, mask)
 
 
-@register_pooler("min")
+@POOLINGS.register("min")
 class MinPooler(TokenPooler):
     """Element-wise minimum over the real tokens."""
 
@@ -269,7 +239,7 @@ class MinPooler(TokenPooler):
         return masked_extreme(hidden_states, mask, largest=False)
 
 
-@register_pooler("mean_max")
+@POOLINGS.register("mean_max")
 class MeanMaxPooler(TokenPooler):
     """``[mean; max]``."""
 
@@ -279,7 +249,7 @@ class MeanMaxPooler(TokenPooler):
         return torch.cat([reduce_mean(hidden_states, mask), reduce_max(hidden_states, mask)], dim=-1)
 
 
-@register_pooler("cls_mean_max")
+@POOLINGS.register("cls_mean_max")
 class CLSMeanMaxPooler(TokenPooler):
     """``[CLS; max; mean]``, the concatenation used by ESM-style protein classification heads."""
 
@@ -294,7 +264,7 @@ class CLSMeanMaxPooler(TokenPooler):
         return torch.cat(parts, dim=-1)
 
 
-@register_pooler("mean_sqrt_len")
+@POOLINGS.register("mean_sqrt_len")
 class MeanSqrtLenPooler(TokenPooler):
     """Sum of the real tokens divided by sqrt(length): keeps some of the length signal a mean removes."""
 
@@ -303,7 +273,7 @@ class MeanSqrtLenPooler(TokenPooler):
         return summed / token_counts(mask, summed.dtype).sqrt()
 
 
-@register_pooler("weighted_mean")
+@POOLINGS.register("weighted_mean")
 class WeightedMeanPooler(TokenPooler):
     """Position-weighted mean (SGPT): the i-th real token has weight i, so later tokens count more.
 
@@ -316,7 +286,7 @@ class WeightedMeanPooler(TokenPooler):
         return summed / weights.sum(dim=1).clamp(min=1)
 
 
-@register_pooler("gem")
+@POOLINGS.register("gem")
 class GeMPooler(TokenPooler):
     """Generalised mean ``(mean(x^p))^(1/p)`` with a learnable exponent ``p`` (``gem_p`` sets its start).
 
@@ -348,7 +318,7 @@ class GeMPooler(TokenPooler):
         return mean.clamp(min=self.eps).pow(1.0 / p).to(hidden_states.dtype)
 
 
-@register_pooler("attention")
+@POOLINGS.register("attention")
 class AttentionPooler(TokenPooler):
     """Learned attention pooling: scores from ``Linear -> Tanh -> Linear``, softmax over the real tokens.
 
@@ -356,7 +326,7 @@ class AttentionPooler(TokenPooler):
     over the tanh features with its own softmax, and the k weighted sums are concatenated (k * H outputs).
     """
 
-    config_options = {"attention_heads": 1, "attention_hidden_size": _hidden_size}
+    config_options = {"attention_heads": 1, "attention_hidden_size": hidden_size_of}
 
     def __init__(self, config):
         super().__init__(config)
@@ -370,8 +340,8 @@ class AttentionPooler(TokenPooler):
 
     @classmethod
     def check_config(cls, config):
-        _require_int("attention_heads", config.attention_heads, 1)
-        _require_int("attention_hidden_size", config.attention_hidden_size, 1)
+        require_int("attention_heads", config.attention_heads, 1)
+        require_int("attention_hidden_size", config.attention_hidden_size, 1)
 
     def reduce(self, hidden_states, mask):
         scores = self.score(hidden_states)  # [B, T, heads]
@@ -379,137 +349,3 @@ class AttentionPooler(TokenPooler):
         weights = scores.softmax(dim=1).to(hidden_states.dtype)
         pooled = torch.einsum("bth,btd->bhd", weights, hidden_states)
         return pooled.reshape(hidden_states.shape[0], self.output_dim)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Layer strategies: layer selection x token reduction x layer combination
-# ----------------------------------------------------------------------------------------------------
-
-
-def _num_hidden_states(config: PooledConfig) -> int:
-    # hidden_states holds the embedding output followed by one entry per layer.
-    return config.backbone_config.num_hidden_layers + 1
-
-
-def selected_layers(config: PooledConfig) -> list[int]:
-    """Indices into ``hidden_states`` (0 = embeddings, L = last layer) chosen by ``layer_start``."""
-    return list(range(_num_hidden_states(config)))[config.layer_start :]
-
-
-class LayerPooler(Pooler):
-    """Reduces each selected layer with the token pooler ``layer_token_pooling`` and combines the layers.
-
-    ``layer_start`` indexes ``hidden_states`` like a Python list: 0 is the embedding output, 1 the first
-    layer, -1 the last layer, -4 the last four.
-    """
-
-    default_layer_start: ClassVar[OptionDefault] = 1
-
-    @classmethod
-    def options_for(cls, config):
-        token_name = config.layer_token_pooling or "cls"
-        options = {"layer_start": cls.default_layer_start, "layer_token_pooling": "cls", **cls.config_options}
-        if token_name in POOLERS and issubclass(POOLERS[token_name], TokenPooler):
-            options.update(POOLERS[token_name].options_for(config))
-        return options
-
-    @classmethod
-    def check_config(cls, config):
-        valid = token_pooling_names()
-        if config.layer_token_pooling not in valid:
-            raise ValueError(
-                f"layer_token_pooling must be a token pooling, got {config.layer_token_pooling!r}. "
-                f"Valid choices: {', '.join(valid)}."
-            )
-        POOLERS[config.layer_token_pooling].check_config(config)
-        count = _num_hidden_states(config)
-        start = config.layer_start
-        if isinstance(start, bool) or not isinstance(start, int) or not -count <= start < count:
-            raise ValueError(
-                f"layer_start={start!r} is not a layer of this backbone: it has {count - 1} layers, so "
-                f"hidden_states has {count} entries (0 = embeddings, {count - 1} = last layer). "
-                f"Valid choices: {-count} to {count - 1}."
-            )
-
-    def __init__(self, config):
-        super().__init__()
-        self.layer_indices = selected_layers(config)
-        last = _num_hidden_states(config) - 1
-        self.needs_all_hidden_states = self.layer_indices != [last]
-        self.token_pooler = POOLERS[config.layer_token_pooling](config)
-
-    def select(self, hidden_states, all_hidden_states) -> list[torch.Tensor]:
-        if not self.needs_all_hidden_states:
-            return [hidden_states]
-        if all_hidden_states is None:
-            raise ValueError(
-                f"pooling={self.name!r} reads hidden states {self.layer_indices}: call the backbone with "
-                "output_hidden_states=True and pass them as all_hidden_states."
-            )
-        return [all_hidden_states[i] for i in self.layer_indices]
-
-
-def _last_k_layers(k: int) -> Callable[[PooledConfig], int]:
-    # "The last k layers", or every layer for backbones with fewer (tiny test models).
-    return lambda config: -min(k, config.backbone_config.num_hidden_layers)
-
-
-@register_pooler("concat_layers")
-class ConcatLayersPooler(LayerPooler):
-    """Concatenation of the token pooling of each selected layer (default: CLS of the last 4 layers)."""
-
-    default_layer_start = staticmethod(_last_k_layers(4))
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.output_dim = len(self.layer_indices) * self.token_pooler.output_dim
-
-    def forward(self, hidden_states, attention_mask=None, all_hidden_states=None):
-        layers = self.select(hidden_states, all_hidden_states)
-        return torch.cat([self.token_pooler(layer, attention_mask) for layer in layers], dim=-1)
-
-
-@register_pooler("weighted_layer")
-class WeightedLayerPooler(LayerPooler):
-    """Learned softmax weights over the selected layers (a scalar mix), then the token pooling.
-
-    Mixing before reducing runs the token pooling once; for linear reductions (cls, mean) it is the
-    same as mixing the reduced vectors.
-    """
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.layer_logits = nn.Parameter(torch.zeros(len(self.layer_indices)))
-        self.output_dim = self.token_pooler.output_dim
-
-    def init_parameters(self, config, input_embeddings):
-        init.zeros_(self.layer_logits)  # uniform weights at the start
-
-    def forward(self, hidden_states, attention_mask=None, all_hidden_states=None):
-        layers = self.select(hidden_states, all_hidden_states)
-        weights = self.layer_logits.softmax(dim=0).to(hidden_states.dtype)
-        mixed = sum(weight * layer for weight, layer in zip(weights, layers, strict=True))
-        return self.token_pooler(mixed, attention_mask)
-
-
-@register_pooler("lstm")
-class LSTMLayerPooler(LayerPooler):
-    """An LSTM over one vector per selected layer (the token pooling of that layer); its last output."""
-
-    config_options = {"lstm_hidden_size": _hidden_size}
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.lstm = nn.LSTM(self.token_pooler.output_dim, config.lstm_hidden_size, batch_first=True)
-        self.output_dim = config.lstm_hidden_size
-
-    @classmethod
-    def check_config(cls, config):
-        super().check_config(config)
-        _require_int("lstm_hidden_size", config.lstm_hidden_size, 1)
-
-    def forward(self, hidden_states, attention_mask=None, all_hidden_states=None):
-        layers = self.select(hidden_states, all_hidden_states)
-        per_layer = torch.stack([self.token_pooler(layer, attention_mask) for layer in layers], dim=1)
-        output, _ = self.lstm(per_layer)
-        return output[:, -1]

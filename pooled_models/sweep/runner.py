@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..modeling.pooling import POOLERS
+from ..modeling.registry import POOLINGS
 from ..train.arguments import UsageError, parse_arguments
 from ..train.trainer import BEST_MODEL_METRIC
 from .baselines import logistic_regression_baseline, vanilla_model
@@ -117,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
         "--poolings",
         type=_comma_list,
         default=None,
-        help=f"comma-separated poolings to compare (default: all registered: {', '.join(POOLERS)}; "
+        help=f"comma-separated poolings to compare (default: all registered: {', '.join(POOLINGS)}; "
         "with --resume, the earlier sweep's)",
     )
     parser.add_argument(
@@ -166,7 +166,7 @@ def parse_sweep_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list
     earlier sweep's, which only ``run_sweep`` reads.
     """
     options, train_arguments = _parser().parse_known_args(list(argv))
-    registered = list(POOLERS)
+    registered = list(POOLINGS)
     options.poolings = options.poolings or None  # --poolings "" too
     unknown = [name for name in options.poolings or [] if name not in registered]
     if unknown:
@@ -324,7 +324,7 @@ def _names_and_seeds(options: argparse.Namespace, earlier: Sweep | None) -> tupl
     """The poolings and baselines (in that order), and the seeds, of the sweep to run. Resuming, the command's are
     added to the earlier sweep's, so that its runs are all finished and none is dropped from the report."""
     if earlier is None:
-        poolings = options.poolings or list(POOLERS)
+        poolings = options.poolings or list(POOLINGS)
         baselines = list(BASELINES) if options.baselines is None else options.baselines
         return [*poolings, *baselines], options.seeds or [DEFAULT_SEED]
     poolings = _union([name for name in earlier.names if _kind(name) == "pooling"], options.poolings or [])

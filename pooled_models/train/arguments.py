@@ -26,8 +26,8 @@ import yaml
 from transformers import HfArgumentParser, PreTrainedConfig, TrainingArguments
 
 from ..modeling.configuration_pooled import PooledConfig
-from ..modeling.losses import PROBLEM_TYPES
-from ..modeling.pooling import POOLERS
+from ..modeling.problem_types import PROBLEM_TYPES
+from ..modeling.registry import POOLINGS
 from ..thresholds import AVERAGES
 from .errors import UsageError
 
@@ -161,7 +161,7 @@ def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, 
             metadata["help"] += " " + DATA_DERIVED_SETTINGS[config_field.name]
         if config_field.name == "pooling":
             metadata["choices"] = (
-                POOLERS.keys()
+                POOLINGS.keys()
             )  # a live view: poolers registered after this import count too
         if isinstance(default, (list, dict)):
             argument = field(

@@ -14,8 +14,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..modeling.losses import MULTI_LABEL_LOSSES
-from ..modeling.pooling import get_pooler_class
+from ..modeling.registry import MULTI_LABEL_LOSSES, POOLINGS
 from ..thresholds import DEFAULT_THRESHOLD
 
 __all__ = ["TEMPLATES_DIR", "DEFAULT_TEMPLATE", "METRIC_IDS", "CardFacts", "code_span", "render_model_card"]
@@ -97,7 +96,7 @@ def _summary(cls: type) -> str:
 
 
 def _pooling_settings(config) -> dict[str, Any]:
-    options = get_pooler_class(config.pooling).options_for(config)
+    options = POOLINGS.lookup(config.pooling).options_for(config)
     # Long values (the label-token pooling's token ids of every label name) are left to config.json.
     return {
         name: value if len(repr(value)) <= 60 else "(see config.json)"
@@ -114,7 +113,10 @@ def _head_description(facts: CardFacts) -> str:
 
 
 def _loss_description(config) -> str:
-    settings = [f"`{name}` {getattr(config, name)}" for name in MULTI_LABEL_LOSSES[config.multi_label_loss]]
+    settings = [
+        f"`{name}` {getattr(config, name)}"
+        for name in MULTI_LABEL_LOSSES.lookup(config.multi_label_loss).options_for(config)
+    ]
     return f"`{config.multi_label_loss}`" + (f" ({', '.join(settings)})" if settings else "")
 
 
@@ -208,7 +210,7 @@ def render_model_card(facts: CardFacts, template_path: str | Path = DEFAULT_TEMP
         task_description=TASK_DESCRIPTIONS[config.problem_type],
         base_model=facts.base_model,
         pooling=config.pooling,
-        pooling_description=_summary(get_pooler_class(config.pooling)),
+        pooling_description=_summary(POOLINGS.lookup(config.pooling)),
         pooling_settings=_pooling_settings(config),
         head=config.classifier_head,
         head_description=_head_description(facts),

@@ -11,7 +11,7 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
 from ..modeling.backbone import position_offset
 from ..modeling.configuration_pooled import PooledConfig
-from ..modeling.modeling_pooled import AUTO_MAP, PooledForSequenceClassification
+from ..modeling.modeling_pooled import AUTO_MAP, PooledForSequenceClassification, PooledPreTrainedModel
 from ..thresholds import positive_weights
 from .arguments import FROM_TRAINING_DATA, pooled_config_kwargs
 from .data import Split
@@ -196,7 +196,7 @@ def load_tokenizer(model_args):
 
 def backbone_of(model):
     """The encoder of a pooled model, or of any other Transformers model (the sweep's vanilla baseline)."""
-    return model.pooled.backbone if hasattr(model, "pooled") else model.base_model
+    return model.get_backbone() if isinstance(model, PooledPreTrainedModel) else model.base_model
 
 
 def backbone_max_length(tokenizer, model) -> int | None:
@@ -212,9 +212,8 @@ def backbone_max_length(tokenizer, model) -> int | None:
         limits.append(tokenizer.model_max_length)  # unset limits are a huge sentinel (VERY_LARGE_INTEGER)
     if not limits:
         return None
-    # The label-token pooler puts per_pass label tokens into each input; the model itself would cut a longer text.
-    pooler = model.pooled.pooler if hasattr(model, "pooled") else None
-    return min(limits) - getattr(pooler, "per_pass", 0)
+    # The label-token pooler puts label tokens into each input; the model itself would cut a longer text.
+    return min(limits) - (model.added_tokens if isinstance(model, PooledPreTrainedModel) else 0)
 
 
 def choose_max_length(requested: int | None, tokenizer, model) -> int:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from itertools import chain
 
 import numpy as np
 from transformers import EarlyStoppingCallback, EvalPrediction, Trainer, TrainerCallback
 
+from ..modeling.modeling_pooled import PooledForSequenceClassification
 from ..thresholds import DEFAULT_THRESHOLD
 from .model_setup import backbone_of
 
@@ -114,11 +114,8 @@ def head_parameters(model) -> set[int]:
     For another model (the sweep's vanilla baseline) they are the ones named in its
     ``newly_initialized_parameters``: those ``from_pretrained`` found no weights for.
     """
-    if hasattr(model, "pooled"):
-        return {
-            id(parameter)
-            for parameter in chain(model.pooled.pooler.parameters(), model.classifier.parameters())
-        }
+    if isinstance(model, PooledForSequenceClassification):
+        return {id(parameter) for parameter in model.head_parameters()}
     new = set(getattr(model, "newly_initialized_parameters", ()))
     return {id(parameter) for name, parameter in model.named_parameters() if name in new}
 

@@ -91,7 +91,7 @@ def test_unknown_pooling_lists_the_choices():
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"pooling": "mean", "lstm_hidden_size": 8}, r"lstm_hidden_size=8 does not apply to pooling='mean'"),
+        ({"pooling": "mean", "lstm_hidden_size": 8}, r"lstm_hidden_size=8 does not apply to pooling='mean'; it is a setting of pooling='lstm'\."),
         ({"pooling": "cls", "layer_start": 1}, r"layer_start=1 does not apply to pooling='cls'.*none"),
         (
             {"pooling": "concat_layers", "gem_p": 2.0},
@@ -133,7 +133,7 @@ def test_layer_index_the_backbone_does_not_have(pooling, layer_start):
         ({"pooling": "attention", "attention_heads": 0}, r"attention_heads must be an integer >= 1"),
         ({"pooling": "gem", "gem_p": 0.5}, r"gem_p must be a number >= 1"),
         ({"pooling": "lstm", "lstm_hidden_size": -1}, r"lstm_hidden_size must be an integer >= 1"),
-        ({"classifier_head": "mlp"}, r"Unknown classifier_head 'mlp'\. Valid choices: linear, dense"),
+        ({"classifier_head": "mlp"}, r"Unknown classifier_head 'mlp'\. Valid choices: dense, linear"),
         (
             {"classifier_head": "dense", "classifier_activation": "swishy"},
             r"Unknown classifier_activation 'swishy'\. Valid choices: .*gelu.*tanh",

@@ -219,7 +219,7 @@ def test_minilm_label_text_and_cls_init(minilm_path, minilm_tokenizer):
     [
         (
             {"label_token_init": "zeros"},
-            r"Unknown label_token_init 'zeros'\. Valid choices: label_text, vocab_mean, cls, random",
+            r"Unknown label_token_init 'zeros'\. Valid choices: cls, label_text, random, vocab_mean",
         ),
         (
             {"label_token_scorer": "mlp"},
@@ -239,7 +239,8 @@ def test_minilm_label_text_and_cls_init(minilm_path, minilm_tokenizer):
         ),
         (
             {"label_token_init_ids": [[1]] * 5},
-            r"label_token_init_ids does not apply to label_token_init='vocab_mean'",
+            r"label_token_init_ids=.* does not apply to pooling='label_tokens'; it is a setting of "
+            r"pooling='label_tokens', label_token_init='label_text', label_token_init='cls'\.",
         ),
         ({"label_tokens_per_pass": 6}, r"label_tokens_per_pass must be an integer in \[1, num_labels=5\]"),
         ({"label_token_position": -2}, r"label_token_position must be an integer >= 0"),

@@ -153,7 +153,7 @@ def test_loss_formulas():
     [
         (
             {"multi_label_loss": "hinge"},
-            r"Unknown multi_label_loss 'hinge'\. Valid choices: bce, focal, asymmetric",
+            r"Unknown multi_label_loss 'hinge'\. Valid choices: asymmetric, bce, focal",
         ),
         ({"focal_gamma": 2.0}, r"focal_gamma=2.0 does not apply to multi_label_loss='bce'"),
         (

@@ -14,10 +14,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["positive_weights", "f1_score", "tune_thresholds", "predict_label_sets", "AVERAGES"]
+__all__ = [
+    "sigmoid",
+    "positive_weights",
+    "tune_thresholds",
+    "predict_label_sets",
+    "AVERAGES",
+    "DEFAULT_THRESHOLD",
+]
 
 AVERAGES = ("micro", "macro")
 DEFAULT_THRESHOLD = 0.5
+
+
+def sigmoid(logits: Any) -> np.ndarray:
+    """The logistic function in float64: the score of each label, as ``pipeline`` reports it."""
+    return 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
 
 
 def positive_weights(targets: Any) -> list[float]:
@@ -29,25 +41,6 @@ def positive_weights(targets: Any) -> list[float]:
     positives = targets.sum(axis=0)
     negatives = targets.shape[0] - positives
     return (negatives / np.maximum(positives, 1)).astype(float).tolist()
-
-
-def f1_score(predictions: Any, targets: Any, average: str = "micro") -> float:
-    """Micro- or macro-F1 of 0/1 ``[rows, labels]`` predictions; a label with no positive and no prediction scores 0."""
-    predictions, targets = (
-        _as_matrix(predictions, "predictions").astype(bool),
-        _as_matrix(targets, "targets") > 0.5,
-    )
-    true_positives = (predictions & targets).sum(axis=0)
-    predicted, actual = predictions.sum(axis=0), targets.sum(axis=0)
-    if average == "micro":
-        return _f1(true_positives.sum(), predicted.sum(), actual.sum())
-    _check_average(average)
-    return float(np.mean([_f1(*counts) for counts in zip(true_positives, predicted, actual, strict=True)]))
-
-
-def _f1(true_positives, predicted, actual) -> float:
-    total = predicted + actual
-    return float(2 * true_positives / total) if total else 0.0
 
 
 def tune_thresholds(
@@ -137,7 +130,7 @@ def predict_label_sets(predictions: Any, config, from_logits: bool | None = None
         if from_logits is None:
             from_logits = not ((scores >= 0) & (scores <= 1)).all()
         if from_logits:
-            scores = 1 / (1 + np.exp(-scores))
+            scores = sigmoid(scores)
     if scores.shape[1] != len(names):
         raise ValueError(f"predictions have {scores.shape[1]} columns but the model has {len(names)} labels.")
     threshold = config.decision_threshold if config.decision_threshold is not None else DEFAULT_THRESHOLD

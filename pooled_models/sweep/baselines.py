@@ -17,14 +17,16 @@ from typing import Any
 import numpy as np
 from transformers import AutoModelForSequenceClassification
 
+from ..modeling.problem_types import MULTI_LABEL, REGRESSION
 from ..thresholds import tune_thresholds
-from ..train.arguments import UsageError, parse_arguments
+from ..train.arguments import parse_arguments
 from ..train.data import prepare_splits, text_columns
+from ..train.errors import UsageError
 from ..train.label_space import Labels
+from ..train.metrics import BEST_MODEL_METRIC, compute_metrics, probabilities
 from ..train.packaged import resolve_backbone
 from ..train.run import needed_splits
 from ..train.threshold_tuning import plan_thresholds
-from ..train.trainer import BEST_MODEL_METRIC, compute_metrics, probabilities
 
 __all__ = ["vanilla_model", "logistic_regression_baseline", "REGULARISATION"]
 
@@ -71,10 +73,10 @@ def _fit(problem_type: str, features: np.ndarray, targets: np.ndarray, strength:
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.multiclass import OneVsRestClassifier
 
-    if problem_type == "regression":
+    if problem_type == REGRESSION:
         return Ridge(alpha=1.0 / strength).fit(features, targets)
     classifier = LogisticRegression(C=strength, max_iter=2000, random_state=seed)
-    if problem_type == "multi_label_classification":
+    if problem_type == MULTI_LABEL:
         # A label with a single class in training cannot be fitted on its own; sklearn's OneVsRest predicts it
         # constantly, which is what such a label deserves.
         return OneVsRestClassifier(classifier).fit(features, targets.astype(int))
@@ -83,9 +85,9 @@ def _fit(problem_type: str, features: np.ndarray, targets: np.ndarray, strength:
 
 def _scores(model, problem_type: str, features: np.ndarray, num_labels: int) -> np.ndarray:
     """What a classifier head would output: logits (the metrics apply softmax / sigmoid themselves)."""
-    if problem_type == "regression":
+    if problem_type == REGRESSION:
         return model.predict(features)
-    if problem_type == "multi_label_classification":
+    if problem_type == MULTI_LABEL:
         return np.asarray(model.decision_function(features)).reshape(len(features), num_labels)
     log_probabilities = np.full((len(features), num_labels), -1e9)
     log_probabilities[:, model.classes_] = model.predict_log_proba(

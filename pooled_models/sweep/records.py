@@ -13,10 +13,13 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
 __all__ = [
+    "RunRecord",
+    "Sweep",
     "REPORT_FILES",
     "existing_report_files",
     "write_atomically",
@@ -25,6 +28,46 @@ __all__ = [
 ]
 
 REPORT_FILES = ("report.md", "report.json", "report.png")
+
+
+@dataclass
+class RunRecord:
+    """One run of the sweep: a pooling (or a baseline) with one seed."""
+
+    name: str  # the pooling, or the baseline's name
+    kind: str  # "pooling" or "baseline"
+    seed: int
+    status: str = "ok"  # "ok" or "failed"
+    error: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)  # train.py's: train_*, eval_*, test_*
+    parameters: int | None = None
+    seconds: float | None = None  # wall time of the whole run (data, training, evaluation, saving)
+
+
+@dataclass
+class Sweep:
+    """What the sweep ran and found; the report is written from this."""
+
+    problem_type: str
+    metric: str  # the main metric, e.g. "test_f1_macro"
+    greater_is_better: bool
+    names: list[str]
+    seeds: list[int]
+    train_arguments: list[str]
+    # The train.py settings every run shares (shared_settings below): what --resume checks.
+    settings: dict[str, Any] = field(default_factory=dict)
+    records: list[RunRecord] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, document: dict[str, Any]) -> Sweep:
+        """The sweep a report.json describes (its summary, derived from the records, is left out)."""
+        values = {item.name: document[item.name] for item in fields(cls) if item.name in document}
+        values["records"] = [RunRecord(**record) for record in document.get("records", [])]
+        return cls(**values)
+
 
 # train.py settings a resumed sweep may change: the ones the sweep sets for each run, and the ones that only change
 # what is printed or where downloads are cached, not what is trained.

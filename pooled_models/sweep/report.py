@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .records import write_atomically
-from .runner import RunRecord, Sweep
+from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from ..train.outputs import json_safe
+from .records import RunRecord, Sweep, write_atomically
 
 __all__ = ["Row", "summarise", "write_report"]
 
@@ -21,9 +22,9 @@ BASELINE_TITLES = {
 }
 # Shown next to the main metric, per problem type.
 SECONDARY = {
-    "single_label_classification": ("accuracy",),
-    "multi_label_classification": ("f1_micro", "f1_macro"),
-    "regression": ("pearson", "spearman"),
+    SINGLE_LABEL: ("accuracy",),
+    MULTI_LABEL: ("f1_micro", "f1_macro"),
+    REGRESSION: ("pearson", "spearman"),
 }
 
 
@@ -196,17 +197,6 @@ def write_report(sweep: Sweep, folder: Path) -> dict[str, Path]:
     markdown = _markdown(sweep, rows).encode()
     write_atomically(paths["markdown"], lambda handle: handle.write(markdown))
     write_atomically(paths["chart"], lambda handle: _chart(sweep, rows, handle))
-    text = (json.dumps(_json_safe(document), indent=2, allow_nan=False) + "\n").encode()
+    text = (json.dumps(json_safe(document), indent=2, allow_nan=False) + "\n").encode()
     write_atomically(paths["json"], lambda handle: handle.write(text))
     return paths
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN and infinities (an undefined correlation, say) become null: JSON has no NaN."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    return value

@@ -34,15 +34,24 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..modeling.registry import POOLINGS
-from ..train.arguments import UsageError, parse_arguments
-from ..train.trainer import BEST_MODEL_METRIC
+from ..train.arguments import parse_arguments
+from ..train.errors import UsageError
+from ..train.metrics import BEST_MODEL_METRIC
 from .baselines import logistic_regression_baseline, vanilla_model
-from .records import REPORT_FILES, existing_report_files, setting_differences, shared_settings
+from .records import (
+    REPORT_FILES,
+    RunRecord,
+    Sweep,
+    existing_report_files,
+    setting_differences,
+    shared_settings,
+)
+from .report import write_report
 
 __all__ = [
     "BASELINES",
@@ -60,45 +69,6 @@ BASELINES = ("vanilla", "logistic_regression")
 DEFAULT_SEED = 42
 # train.py arguments the sweep sets itself, one value per run.
 SET_BY_THE_SWEEP = ("pooling", "seed", "output_dir")
-
-
-@dataclass
-class RunRecord:
-    """One run of the sweep: a pooling (or a baseline) with one seed."""
-
-    name: str  # the pooling, or the baseline's name
-    kind: str  # "pooling" or "baseline"
-    seed: int
-    status: str = "ok"  # "ok" or "failed"
-    error: str | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)  # train.py's: train_*, eval_*, test_*
-    parameters: int | None = None
-    seconds: float | None = None  # wall time of the whole run (data, training, evaluation, saving)
-
-
-@dataclass
-class Sweep:
-    """What the sweep ran and found; the report is written from this."""
-
-    problem_type: str
-    metric: str  # the main metric, e.g. "test_f1_macro"
-    greater_is_better: bool
-    names: list[str]
-    seeds: list[int]
-    train_arguments: list[str]
-    # The train.py settings every run shares (sweep_records.shared_settings): what --resume checks.
-    settings: dict[str, Any] = field(default_factory=dict)
-    records: list[RunRecord] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, document: dict[str, Any]) -> Sweep:
-        """The sweep a report.json describes (its summary, derived from the records, is left out)."""
-        values = {item.name: document[item.name] for item in fields(cls) if item.name in document}
-        values["records"] = [RunRecord(**record) for record in document.get("records", [])]
-        return cls(**values)
 
 
 def _comma_list(value: str) -> list[str]:
@@ -401,7 +371,6 @@ def _outcome(record: RunRecord, metric: str) -> str:
 def run_sweep(options: argparse.Namespace, train_arguments: list[str]) -> Sweep:
     """Run the sweep; the report in ``options.report_dir`` is rewritten after every run, so an interrupted sweep
     keeps the runs it finished (Ctrl-C raises :class:`SweepInterrupted`, which says which)."""
-    from .report import write_report
 
     earlier = _earlier_sweep(options.report_dir, options.resume)
     sweep = _new_sweep(options, train_arguments, earlier)

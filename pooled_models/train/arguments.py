@@ -32,7 +32,6 @@ from ..thresholds import AVERAGES
 from .errors import UsageError
 
 __all__ = [
-    "UsageError",
     "ModelArguments",
     "DataArguments",
     "PooledTrainingArguments",
@@ -330,6 +329,10 @@ class DataArguments:
             "help": "After saving, classify these texts with pipeline() from the saved folder and print them."
         },
     )
+
+    def files(self) -> dict[str, str | None]:
+        """The local file of each split: ``{"train": ..., "validation": ..., "test": ...}`` (None where not given)."""
+        return {"train": self.train_file, "validation": self.validation_file, "test": self.test_file}
 
     def __post_init__(self):
         valid = ("auto", *PROBLEM_TYPES)

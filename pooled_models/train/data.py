@@ -21,7 +21,9 @@ from typing import Any
 
 from datasets import Dataset, List, Value
 
-from .label_space import DataError, Labels, where
+from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from .errors import DataError, where
+from .label_space import Labels, describe_feature
 
 __all__ = [
     "FILE_FORMATS",
@@ -96,11 +98,7 @@ def load_splits(data_args, wanted: list[str], cache_dir: str | None = None) -> d
     """The splits named in ``wanted`` (train / validation / test), from local files or a Hub dataset."""
     if data_args.dataset_name:
         return _load_hub_splits(data_args, wanted, cache_dir)
-    files = {
-        "train": data_args.train_file,
-        "validation": data_args.validation_file,
-        "test": data_args.test_file,
-    }
+    files = data_args.files()
     splits = {}
     for name in wanted:
         if not files[name]:
@@ -295,11 +293,7 @@ def _not_text(source: str, column: str, feature, texts) -> str:
         for row, text in enumerate(texts):
             if text is not None and not isinstance(text, str):
                 return f"{where(source, column, row)} holds {text!r}, not text."
-    return f"{where(source, column)} holds {_describe(feature)} values, not text."
-
-
-def _describe(feature) -> str:
-    return feature.dtype if isinstance(feature, Value) else type(feature).__name__
+    return f"{where(source, column)} holds {describe_feature(feature)} values, not text."
 
 
 def attach_labels(split: Split, labels: Labels, column: str, skip_unseen: bool) -> None:
@@ -326,9 +320,9 @@ def attach_labels(split: Split, labels: Labels, column: str, skip_unseen: bool) 
     split.dataset = dataset
     split.targets = targets
     split.target_feature = {
-        "single_label_classification": Value("int64"),
-        "multi_label_classification": List(Value("float32")),
-        "regression": Value("float32"),
+        SINGLE_LABEL: Value("int64"),
+        MULTI_LABEL: List(Value("float32")),
+        REGRESSION: Value("float32"),
     }[labels.problem_type]
 
 

@@ -29,22 +29,14 @@ from typing import Any
 
 from datasets import ClassLabel, LargeList, List, Value
 
-from .arguments import UsageError
+from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from .errors import DataError, where
 
-__all__ = ["DataError", "Labels", "check_label_kinds", "detect_problem_type", "where"]
+__all__ = ["Labels", "check_label_kinds", "detect_problem_type", "describe_feature"]
 
 logger = logging.getLogger(__name__)
 
 MISSING = object()  # a null label, or -1 in a ClassLabel column (the datasets convention for "unknown")
-
-
-class DataError(UsageError):
-    """Bad data: the message names the file (or Hub split), the column and the row."""
-
-
-def where(source: str, column: str, row: int | None = None) -> str:
-    location = f"{source}, column {column!r}"
-    return location if row is None else f"{location}, row {row}"
 
 
 SUPPORTED_LABELS = (
@@ -128,14 +120,14 @@ def _item_feature(feature):
 def detect_problem_type(feature, separator: str | None) -> str:
     """The problem type a label column's ``datasets`` feature implies."""
     if _item_feature(feature) is not None:
-        return "multi_label_classification"
+        return MULTI_LABEL
     if isinstance(feature, ClassLabel):
-        return "single_label_classification"
+        return SINGLE_LABEL
     if isinstance(feature, Value) and feature.dtype.startswith("float"):
-        return "regression"
+        return REGRESSION
     if separator is not None:
-        return "multi_label_classification"
-    return "single_label_classification"
+        return MULTI_LABEL
+    return SINGLE_LABEL
 
 
 def _name(value: Any, feature) -> Any:
@@ -164,7 +156,7 @@ class Labels:
 
     @property
     def num_labels(self) -> int:
-        return 1 if self.problem_type == "regression" else len(self.names)
+        return 1 if self.problem_type == REGRESSION else len(self.names)
 
     @property
     def id2label(self) -> dict[int, str] | None:
@@ -197,16 +189,12 @@ class Labels:
         if detected:
             problem_type = detect_problem_type(feature, separator)
         labels = cls(problem_type=problem_type, names=[], feature=feature, separator=separator)
-        if (
-            problem_type == "multi_label_classification"
-            and _item_feature(feature) is None
-            and separator is None
-        ):
+        if problem_type == MULTI_LABEL and _item_feature(feature) is None and separator is None:
             raise DataError(
-                f"{where(source, column)} holds one {_describe(feature)} per row; multi-label classification needs a "
+                f"{where(source, column)} holds one {describe_feature(feature)} per row; multi-label classification needs a "
                 "list of labels per row (json/jsonl/parquet) or a label_separator to split strings (e.g. '|')."
             )
-        if problem_type == "regression":
+        if problem_type == REGRESSION:
             targets = [
                 labels._regression_target(value, source, column, row) for row, value in enumerate(values)
             ]
@@ -235,7 +223,7 @@ class Labels:
         """The label space a trained model was saved with."""
         names = (
             []
-            if config.problem_type == "regression"
+            if config.problem_type == REGRESSION
             else [config.id2label[i] for i in range(config.num_labels)]
         )
         return cls(problem_type=config.problem_type, names=names)
@@ -255,7 +243,7 @@ class Labels:
         targets, kept = [], []
         label2id = self.label2id
         for row, value in enumerate(values):
-            if self.problem_type == "regression":
+            if self.problem_type == REGRESSION:
                 targets.append(self._regression_target(value, source, column, row, feature))
                 kept.append(row)
                 continue
@@ -269,7 +257,7 @@ class Labels:
                     f"model cannot predict it. Training labels: {', '.join(map(repr, self.names))}. Pass "
                     "--skip_unseen_labels to leave such rows out of evaluation."
                 )
-            if self.problem_type == "single_label_classification":
+            if self.problem_type == SINGLE_LABEL:
                 targets.append(label2id[names[0]])
             else:
                 hot = [0.0] * len(self.names)
@@ -284,18 +272,18 @@ class Labels:
         return all(_name(value, feature) is MISSING for value in values)
 
     def _check_compatible(self, feature, source: str, column: str) -> None:
-        if self.problem_type == "regression" and not (
+        if self.problem_type == REGRESSION and not (
             isinstance(feature, Value) and feature.dtype.startswith(("float", "int"))
         ):
             raise DataError(
-                f"{where(source, column)} holds {_describe(feature)} values, but the training labels are numbers "
+                f"{where(source, column)} holds {describe_feature(feature)} values, but the training labels are numbers "
                 "(regression)."
             )
 
     def _names_of(self, value, source: str, column: str, row: int, feature=MISSING) -> list[str]:
         feature = self.feature if feature is MISSING else feature
         item_feature = _item_feature(feature)
-        if self.problem_type == "single_label_classification":
+        if self.problem_type == SINGLE_LABEL:
             if item_feature is not None or isinstance(value, (list, tuple)):  # never a class named "['a']"
                 raise DataError(
                     f"{where(source, column, row)} holds a list, but the labels are single-label classes."
@@ -389,7 +377,8 @@ def _numeric_first(name: str):
         return (1, 0, name)
 
 
-def _describe(feature) -> str:
+def describe_feature(feature) -> str:
+    """A column's ``datasets`` feature in a word, for messages: its dtype (``string``, ``float64``) or its kind."""
     if isinstance(feature, Value):
         return feature.dtype
     return type(feature).__name__

@@ -14,6 +14,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ..modeling.registry import MULTI_LABEL_LOSSES, POOLINGS
 from ..thresholds import DEFAULT_THRESHOLD
 
@@ -34,9 +35,9 @@ METRIC_IDS = {
 }
 
 TASK_DESCRIPTIONS = {
-    "single_label_classification": "text classification",
-    "multi_label_classification": "multi-label text classification",
-    "regression": "text regression",
+    SINGLE_LABEL: "text classification",
+    MULTI_LABEL: "multi-label text classification",
+    REGRESSION: "text regression",
 }
 
 
@@ -131,7 +132,7 @@ def _comparison(facts: CardFacts) -> list[tuple[str, float | str, float | str]]:
 def _decisions(facts: CardFacts) -> dict[str, Any] | None:
     """The card's multi-label section: loss, positive weights, decision threshold(s) and how they were chosen."""
     config = facts.config
-    if config.problem_type != "multi_label_classification":
+    if config.problem_type != MULTI_LABEL:
         return None
     names = [config.id2label[index] for index in range(config.num_labels)]
     threshold = DEFAULT_THRESHOLD if config.decision_threshold is None else config.decision_threshold
@@ -216,7 +217,7 @@ def render_model_card(facts: CardFacts, template_path: str | Path = DEFAULT_TEMP
         head_description=_head_description(facts),
         problem_type=config.problem_type,
         labels=[config.id2label[index] for index in range(config.num_labels)]
-        if config.problem_type != "regression"
+        if config.problem_type != REGRESSION
         else [],
         data_description=facts.data_description,
         splits=facts.splits,

@@ -12,6 +12,7 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 from ..modeling.backbone import position_offset
 from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.modeling_pooled import AUTO_MAP, PooledForSequenceClassification, PooledPreTrainedModel
+from ..modeling.problem_types import MULTI_LABEL
 from ..thresholds import positive_weights
 from .arguments import FROM_TRAINING_DATA, pooled_config_kwargs
 from .data import Split
@@ -87,7 +88,7 @@ def resolve_pos_weight(model_args, labels: Labels, splits: dict[str, Split]) -> 
     """Turn ``--pos_weight auto`` into negatives / positives per label, counted on the training split's targets."""
     if model_args.pos_weight is None:
         return
-    if labels.problem_type != "multi_label_classification":
+    if labels.problem_type != MULTI_LABEL:
         raise UsageError(
             f"pos_weight weights the positive labels of a multi-label loss; this run's labels are "
             f"{labels.problem_type}. Leave pos_weight out."
@@ -119,7 +120,7 @@ def resolve_multi_label_loss(model_args, labels: Labels, saved_config: PooledCon
         return
     if saved_config is not None:
         model_args.multi_label_loss = saved_config.multi_label_loss
-    elif labels.problem_type == "multi_label_classification":
+    elif labels.problem_type == MULTI_LABEL:
         model_args.multi_label_loss = MULTI_LABEL_DEFAULT_LOSS
         logger.info(
             "Multi-label loss: %s (train.py's default; --multi_label_loss bce for plain BCE).",

@@ -9,15 +9,17 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ..thresholds import predict_label_sets
 from .data import Split, text_columns
 from .label_space import Labels
+from .metrics import probabilities
 from .model_card import METRIC_IDS, CardFacts, code_span, render_model_card
 from .threshold_tuning import ThresholdPlan, at_default_name
-from .trainer import probabilities
 
 __all__ = [
     "PREDICTIONS_FILE",
+    "json_safe",
     "RESULTS_FILE",
     "write_predictions",
     "write_results",
@@ -47,9 +49,7 @@ def write_predictions(path: Path, split: Split, logits, labels: Labels, data_arg
     gives them to users of the saved model."""
     scores = probabilities(logits, labels.problem_type)
     label_sets = (
-        predict_label_sets(scores, config, from_logits=False)
-        if config.problem_type == "multi_label_classification"
-        else None
+        predict_label_sets(scores, config, from_logits=False) if config.problem_type == MULTI_LABEL else None
     )
     rows = split.dataset
     with open(path, "w", encoding="utf-8") as handle:
@@ -57,14 +57,14 @@ def write_predictions(path: Path, split: Split, logits, labels: Labels, data_arg
             row = rows[index]
             record = {column: row[column] for column in text_columns(data_args)}
             if split.labelled:
-                record["label"] = _json_safe(row[data_args.label_column])
-            if labels.problem_type == "regression":
+                record["label"] = json_safe(row[data_args.label_column])
+            if labels.problem_type == REGRESSION:
                 record["prediction"] = float(scores[index])
             else:
                 by_name = dict(
                     zip(labels.names, (round(float(score), 6) for score in scores[index]), strict=True)
                 )
-                if labels.problem_type == "single_label_classification":
+                if labels.problem_type == SINGLE_LABEL:
                     record["prediction"] = labels.names[int(scores[index].argmax())]
                 else:
                     record["prediction"] = label_sets[index]
@@ -72,8 +72,15 @@ def write_predictions(path: Path, split: Split, logits, labels: Labels, data_arg
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
-def _json_safe(value):
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+def json_safe(value: Any) -> Any:
+    """NaN and infinities (an undefined correlation, a missing float label) become null: JSON has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
 
 
 def write_results(folder: Path, metrics: dict[str, float], training_args) -> None:
@@ -153,11 +160,7 @@ def _data_description(data_args, splits: dict[str, Split]) -> str:
         )
         source = where + config
     else:
-        files = {
-            "train": data_args.train_file,
-            "validation": data_args.validation_file,
-            "test": data_args.test_file,
-        }
+        files = data_args.files()
         source = "local files: " + ", ".join(
             f"{code_span(Path(files[name]).name)} ({name})" for name in splits
         )
@@ -177,11 +180,7 @@ def _split_sources(data_args, splits: dict[str, Split]) -> dict[str, str]:
     if data_args.dataset_name:
         config = f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else ""
         return {name: data_args.dataset_name + config for name in splits}
-    files = {
-        "train": data_args.train_file,
-        "validation": data_args.validation_file,
-        "test": data_args.test_file,
-    }
+    files = data_args.files()
     return {name: Path(files[name]).name for name in splits}
 
 
@@ -267,7 +266,7 @@ def classify_examples(output_dir: Path, texts: list[str]) -> list[tuple[str, lis
     from transformers import AutoConfig, pipeline
 
     config = AutoConfig.from_pretrained(output_dir)
-    top_k = None if config.problem_type == "multi_label_classification" else 1
+    top_k = None if config.problem_type == MULTI_LABEL else 1
     classify = pipeline("text-classification", model=str(output_dir), tokenizer=str(output_dir), top_k=top_k)
     results = classify(list(texts))
     return [

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from .arguments import UsageError
+from .errors import UsageError
 
 __all__ = ["PACKAGE_PREFIX", "PackagedBackbone", "PACKAGED_BACKBONES", "resolve_backbone"]
 

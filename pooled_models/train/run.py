@@ -24,6 +24,7 @@ from .checkpoints import TRUE_WORDS, resolve_checkpoint
 from .data import Split, prepare_splits, tokenize
 from .errors import UsageError
 from .label_space import Labels
+from .metrics import BEST_MODEL_METRIC, metrics_function
 from .model_setup import (
     build_model,
     choose_max_length,
@@ -45,13 +46,7 @@ from .outputs import (
 from .packaged import resolve_backbone
 from .staging import StagedOutputDir
 from .threshold_tuning import ThresholdPlan, plan_thresholds, tune_on_validation
-from .trainer import (
-    BEST_MODEL_METRIC,
-    PooledTrainer,
-    callbacks_for,
-    freeze_backbone,
-    metrics_function,
-)
+from .trainer import PooledTrainer, callbacks_for, freeze_backbone
 
 __all__ = ["RunResult", "run", "main", "needed_splits"]
 

@@ -14,17 +14,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from ..modeling.problem_types import MULTI_LABEL
 from ..thresholds import DEFAULT_THRESHOLD, tune_thresholds
-from .arguments import UsageError
 from .data import Split
+from .errors import UsageError
 from .label_space import Labels
-from .trainer import compute_metrics, probabilities
+from .metrics import compute_metrics, logits_of, probabilities
 
-__all__ = ["MULTI_LABEL", "ThresholdPlan", "plan_thresholds", "tune_on_validation", "at_default_name"]
+__all__ = ["ThresholdPlan", "plan_thresholds", "tune_on_validation", "at_default_name"]
 
 logger = logging.getLogger(__name__)
-
-MULTI_LABEL = "multi_label_classification"
 
 
 @dataclass
@@ -119,9 +118,7 @@ def tune_on_validation(
     each process tunes on the same scores and ends with the same thresholds.
     """
     prediction = trainer.predict(validation.encoded, metric_key_prefix="eval")
-    logits = (
-        prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
-    )
+    logits = logits_of(prediction.predictions)
     targets = prediction.label_ids
     thresholds = tune_thresholds(
         probabilities(logits, MULTI_LABEL),

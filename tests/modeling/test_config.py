@@ -91,7 +91,10 @@ def test_unknown_pooling_lists_the_choices():
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"pooling": "mean", "lstm_hidden_size": 8}, r"lstm_hidden_size=8 does not apply to pooling='mean'; it is a setting of pooling='lstm'\."),
+        (
+            {"pooling": "mean", "lstm_hidden_size": 8},
+            r"lstm_hidden_size=8 does not apply to pooling='mean'; it is a setting of pooling='lstm'\.",
+        ),
         ({"pooling": "cls", "layer_start": 1}, r"layer_start=1 does not apply to pooling='cls'.*none"),
         (
             {"pooling": "concat_layers", "gem_p": 2.0},

@@ -9,7 +9,7 @@ from helpers import FAST, data_flags, multi_label_rows, png_size
 from pooled_models.modeling.pooling import POOLERS, MeanPooler
 from pooled_models.sweep.report import summarise, write_report
 from pooled_models.sweep.runner import RunRecord, Sweep, main, parse_sweep_arguments
-from pooled_models.train.arguments import UsageError
+from pooled_models.train.errors import UsageError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

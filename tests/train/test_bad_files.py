@@ -8,7 +8,8 @@ import pytest
 from datasets import List, Value
 from helpers import bad_run, multi_label_rows, topic_rows, train, write_rows
 
-from pooled_models.train.label_space import DataError, Labels
+from pooled_models.train.errors import DataError
+from pooled_models.train.label_space import Labels
 
 ONE_KIND = (
     "A label column holds one kind of label: class names (text, integers or booleans), lists of class names "

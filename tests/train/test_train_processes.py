@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification
 
 from pooled_models import PooledForSequenceClassification
-from pooled_models.train.arguments import UsageError
+from pooled_models.train.errors import UsageError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -198,7 +198,7 @@ def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path,
     # The saved weights are the trained ones: they reproduce the validation accuracy of the run.
     from transformers import AutoTokenizer
 
-    from pooled_models.train.trainer import compute_metrics
+    from pooled_models.train.metrics import compute_metrics
 
     rows = topic_rows(20, seed=3)
     tokenizer = AutoTokenizer.from_pretrained(output_dir)

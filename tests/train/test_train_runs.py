@@ -23,10 +23,10 @@ from transformers import AutoModelForSequenceClassification, TrainerCallback
 
 from pooled_models import PooledForSequenceClassification
 from pooled_models.thresholds import tune_thresholds
-from pooled_models.train.arguments import UsageError
 from pooled_models.train.demo_data import TEAMS
+from pooled_models.train.errors import UsageError
+from pooled_models.train.metrics import compute_metrics
 from pooled_models.train.run import run
-from pooled_models.train.trainer import compute_metrics
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

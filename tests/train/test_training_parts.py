@@ -7,7 +7,8 @@ import pytest
 from helpers import REPO
 
 from pooled_models.train.demo_data import demo_rows
-from pooled_models.train.trainer import compute_metrics, head_parameters, probabilities
+from pooled_models.train.metrics import compute_metrics, probabilities
+from pooled_models.train.trainer import head_parameters
 
 
 def f1_by_hand(truth, predicted, label):

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench bench-accuracy demo clean
+.PHONY: install test test-fast lint bench bench-accuracy demo clean
 
 install: $(STAMP)
 
@@ -20,8 +20,13 @@ $(STAMP): setup.cfg pyproject.toml
 test: install
 	$(BIN)/python -m pytest -q
 
+# The inner loop: everything but the tests marked slow (subprocesses, several processes, the wheel, whole sweeps).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: install
 	$(BIN)/python bench/overhead.py

@@ -63,6 +63,24 @@ class PooledConfig(PreTrainedConfig):
             `attention` only. Width of the tanh layer that scores the tokens. Defaults to the hidden size.
         gem_p (`float`, *optional*):
             `gem` only. Initial value of the learnable exponent. Defaults to 3.0.
+        label_token_init (`str`, *optional*):
+            `label_tokens` only. Where each label's learned token starts: `"label_text"` (the mean embedding of
+            the label name's tokens), `"cls"` (the CLS/BOS embedding), `"vocab_mean"` (the mean of all input
+            embeddings) or `"random"`. See `pooled_models.LABEL_TOKEN_INITS`. Defaults to `"label_text"`.
+        label_token_init_ids (`list[list[int]]`, *optional*):
+            `label_tokens` with `label_token_init="label_text"` or `"cls"`: the token ids each label starts from,
+            one list per label. `from_backbone` reads them with the backbone's tokenizer.
+        label_token_scorer (`str`, *optional*):
+            `label_tokens` only. `"per_label"`: each label has its own weight vector and bias over its token's
+            final state; `"shared"`: one vector scores every label's token. Defaults to `"per_label"`.
+        label_token_position (`int`, *optional*):
+            `label_tokens` only. Where the label tokens go: after this many leading tokens of the text (1: right
+            after `[CLS]`/`<s>`), or -1 for after the text. `from_backbone` sets it from the tokenizer's special
+            tokens. Defaults to 1.
+        label_tokens_per_pass (`int`, *optional*):
+            `label_tokens` only. How many label tokens go into one pass of the backbone; with more labels, the text
+            is encoded once per group of labels. Defaults to every label while they take at most half of the
+            backbone's positions.
         classifier_head (`str`, *optional*, defaults to `"linear"`):
             `"linear"`: dropout and a linear layer (BERT style). `"dense"`: dense, activation, dropout and an
             output projection (RoBERTa/ESM style).

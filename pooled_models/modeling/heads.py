@@ -6,17 +6,13 @@ torch, transformers and its sibling model files.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
+from transformers import PreTrainedConfig
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 
 from .registry import HEADS, Component
-
-if TYPE_CHECKING:
-    from .configuration_pooled import PooledConfig
 
 __all__ = [
     "Head",
@@ -31,7 +27,7 @@ __all__ = [
 register_head = HEADS.register
 
 
-def _hidden_size(config: PooledConfig) -> int:
+def _hidden_size(config: PreTrainedConfig) -> int:
     return config.backbone_config.hidden_size
 
 
@@ -40,7 +36,7 @@ class Head(nn.Module, Component):
     a module from pooled vectors ``[B, input_dim]`` to logits ``[B, num_labels]``. Every head reads
     ``classifier_dropout``; ``config_options`` lists the settings a head reads besides."""
 
-    def __init__(self, config: PooledConfig, input_dim: int):
+    def __init__(self, config: PreTrainedConfig, input_dim: int):
         super().__init__()
 
 
@@ -48,7 +44,7 @@ class Head(nn.Module, Component):
 class LinearHead(Head):
     """Dropout and a linear layer (BERT style)."""
 
-    def __init__(self, config: PooledConfig, input_dim: int):
+    def __init__(self, config: PreTrainedConfig, input_dim: int):
         super().__init__(config, input_dim)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.out_proj = nn.Linear(input_dim, config.num_labels)
@@ -74,7 +70,7 @@ class DenseHead(Head):
                 f"Valid choices: {', '.join(sorted(ACT2FN))}."
             )
 
-    def __init__(self, config: PooledConfig, input_dim: int):
+    def __init__(self, config: PreTrainedConfig, input_dim: int):
         super().__init__(config, input_dim)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.dense = nn.Linear(input_dim, config.classifier_hidden_size)
@@ -98,7 +94,7 @@ class LabelTokenHead(nn.Module):
     dense + activation layer comes first.
     """
 
-    def __init__(self, config: PooledConfig, input_dim: int):
+    def __init__(self, config: PreTrainedConfig, input_dim: int):
         super().__init__()
         self.dropout = nn.Dropout(config.classifier_dropout)
         if config.classifier_head == "dense":

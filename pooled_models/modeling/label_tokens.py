@@ -19,18 +19,16 @@ torch, transformers and its sibling model files.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
+from transformers import PreTrainedConfig
 from transformers import initialization as init
 
 from .heads import LABEL_TOKEN_SCORERS, LabelTokenHead
 from .pooling import POOLINGS, Pooler
 from .registry import LABEL_TOKEN_INITS, Component
-
-if TYPE_CHECKING:
-    from .configuration_pooled import PooledConfig
 
 __all__ = ["LabelTokenPooler", "LabelTokenInit", "LABEL_TOKEN_INITS", "label_token_settings_from_tokenizer"]
 
@@ -38,7 +36,7 @@ __all__ = ["LabelTokenPooler", "LabelTokenInit", "LABEL_TOKEN_INITS", "label_tok
 AFTER_THE_TEXT = -1
 
 
-def _default_per_pass(config: PooledConfig) -> int:
+def _default_per_pass(config: PreTrainedConfig) -> int:
     # All labels in one pass while they take at most half of the positions; the text keeps the other half.
     max_positions = getattr(config.backbone_config, "max_position_embeddings", None)
     if max_positions is None or config.num_labels <= max_positions // 2:
@@ -84,11 +82,11 @@ class LabelTokenInit(Component):
         return None
 
     @staticmethod
-    def initialise(parameter: nn.Parameter, word_embeddings: torch.Tensor, config: PooledConfig) -> None:
+    def initialise(parameter: nn.Parameter, word_embeddings: torch.Tensor, config: PreTrainedConfig) -> None:
         raise NotImplementedError
 
 
-def _cls_ids_from_backbone(config: PooledConfig) -> list[list[int]] | None:
+def _cls_ids_from_backbone(config: PreTrainedConfig) -> list[list[int]] | None:
     backbone = config.backbone_config
     cls_id = getattr(backbone, "cls_token_id", None)
     if cls_id is None:
@@ -255,7 +253,7 @@ class LabelTokenPooler(Pooler):
             "pooling='label_tokens' needs position_ids_from_mask=True: the label tokens shift the text's positions.",
         )
 
-    def __init__(self, config: PooledConfig):
+    def __init__(self, config: PreTrainedConfig):
         super().__init__()
         self.num_labels = config.num_labels
         self.output_dim = config.backbone_config.hidden_size

@@ -8,27 +8,25 @@ torch, transformers and its sibling model files.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
+from transformers import PreTrainedConfig
 from transformers import initialization as init
 
 from .pooling import POOLINGS, Pooler, TokenPooler, hidden_size_of, require_int, token_pooling_names
 from .registry import OptionDefault
 
-if TYPE_CHECKING:
-    from .configuration_pooled import PooledConfig
-
 __all__ = ["LayerPooler", "ConcatLayersPooler", "WeightedLayerPooler", "LSTMLayerPooler", "selected_layers"]
 
 
-def _num_hidden_states(config: PooledConfig) -> int:
+def _num_hidden_states(config: PreTrainedConfig) -> int:
     # hidden_states holds the embedding output followed by one entry per layer.
     return config.backbone_config.num_hidden_layers + 1
 
 
-def selected_layers(config: PooledConfig) -> list[int]:
+def selected_layers(config: PreTrainedConfig) -> list[int]:
     """Indices into ``hidden_states`` (0 = embeddings, L = last layer) chosen by ``layer_start``."""
     return list(range(_num_hidden_states(config)))[config.layer_start :]
 
@@ -91,7 +89,7 @@ class LayerPooler(Pooler):
         return [all_hidden_states[i] for i in self.layer_indices]
 
 
-def _last_k_layers(k: int) -> Callable[[PooledConfig], int]:
+def _last_k_layers(k: int) -> Callable[[PreTrainedConfig], int]:
     # "The last k layers", or every layer for backbones with fewer (tiny test models).
     return lambda config: -min(k, config.backbone_config.num_hidden_layers)
 

@@ -21,16 +21,14 @@ torch, transformers and its sibling model files.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from transformers import PreTrainedConfig
 from transformers import initialization as init
 
 from .registry import POOLINGS, Component
-
-if TYPE_CHECKING:
-    from .configuration_pooled import PooledConfig
 
 __all__ = [
     "POOLINGS",
@@ -49,7 +47,7 @@ register_pooler = POOLINGS.register
 get_pooler_class = POOLINGS.lookup
 
 
-def build_pooler(config: PooledConfig) -> Pooler:
+def build_pooler(config: PreTrainedConfig) -> Pooler:
     return POOLINGS.lookup(config.pooling)(config)
 
 
@@ -71,7 +69,7 @@ class Pooler(nn.Module, Component):
     # Tokens the pooler adds to every input (label tokens), which the text's length limit must leave room for.
     added_tokens: int = 0
 
-    def init_parameters(self, config: PooledConfig, input_embeddings: nn.Module) -> None:
+    def init_parameters(self, config: PreTrainedConfig, input_embeddings: nn.Module) -> None:
         """Initialise the parameters ``PreTrainedModel._init_weights`` does not know (plain ``nn.Parameter``s)."""
 
     @classmethod
@@ -105,7 +103,7 @@ class Pooler(nn.Module, Component):
         raise NotImplementedError
 
 
-def hidden_size_of(config: PooledConfig) -> int:
+def hidden_size_of(config: PreTrainedConfig) -> int:
     return config.backbone_config.hidden_size
 
 
@@ -174,7 +172,7 @@ class TokenPooler(Pooler):
 
     width_factor: ClassVar[int] = 1
 
-    def __init__(self, config: PooledConfig):
+    def __init__(self, config: PreTrainedConfig):
         super().__init__()
         self.hidden_size = hidden_size_of(config)
         self.output_dim = self.hidden_size * self.width_factor

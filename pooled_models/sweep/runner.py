@@ -40,7 +40,7 @@ from typing import Any
 
 from ..modeling.registry import POOLINGS
 from ..train.arguments import parse_arguments
-from ..train.errors import UsageError
+from ..train.errors import UsageError, program_name
 from ..train.metrics import BEST_MODEL_METRIC
 from .baselines import logistic_regression_baseline, vanilla_model
 from .records import (
@@ -71,13 +71,23 @@ DEFAULT_SEED = 42
 SET_BY_THE_SWEEP = ("pooling", "seed", "output_dir")
 
 
+def _program() -> str:
+    return program_name("sweep.py", "pooled-sweep", "pooled_models.sweep")
+
+
+def _command() -> list[str]:
+    """How to run the sweep again, as the user ran it."""
+    program = _program()
+    return ["python", program] if program == "sweep.py" else program.split()
+
+
 def _comma_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="sweep.py",
+        prog=_program(),
         allow_abbrev=False,  # --pooling and --seed are train.py flags the sweep refuses, not short for its own
         description="Train one model per pooling on the same data, backbone, seeds and budget, with two baselines, "
         "and write a report (report.md, report.json, report.png). Every other argument is a train.py argument "
@@ -421,7 +431,7 @@ def _report_paths(folder: Path) -> list[Path]:
 def _interrupted_message(interrupted: KeyboardInterrupt, argv: list[str]) -> str:
     """What Ctrl-C leaves: the runs finished (in the report) and the command that continues the sweep."""
     if not isinstance(interrupted, SweepInterrupted):  # while the arguments and data were checked
-        lines = ["sweep.py: interrupted before the first run; nothing was written."]
+        lines = [f"{_program()}: interrupted before the first run; nothing was written."]
     elif interrupted.sweep.records:
         records = interrupted.sweep.records
         finished = [
@@ -429,19 +439,19 @@ def _interrupted_message(interrupted: KeyboardInterrupt, argv: list[str]) -> str
             for record in records
         ]
         lines = [
-            f"sweep.py: interrupted during {interrupted.run}.",
+            f"{_program()}: interrupted during {interrupted.run}.",
             f"Finished runs ({len(records)}): {', '.join(finished)}.",
             "Their report: " + ", ".join(map(str, _report_paths(interrupted.report_dir))),
         ]
     else:
         lines = [
-            f"sweep.py: interrupted during {interrupted.run}.",
+            f"{_program()}: interrupted during {interrupted.run}.",
             "No run had finished; nothing was written.",
         ]
     resume = [] if "--resume" in argv else ["--resume"]
     lines.append(
         "To continue (successful runs are skipped, failed ones run again): "
-        + shlex.join(["python", "sweep.py", *argv, *resume])
+        + shlex.join([*_command(), *argv, *resume])
     )
     return "\n".join(lines)
 
@@ -453,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options, train_arguments = parse_sweep_arguments(argv)
         sweep = run_sweep(options, train_arguments)
     except UsageError as error:
-        print(f"sweep.py: error: {error}", file=sys.stderr)
+        print(f"{_program()}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupted:
         print(_interrupted_message(interrupted, argv), file=sys.stderr)

@@ -29,7 +29,7 @@ from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.problem_types import PROBLEM_TYPES
 from ..modeling.registry import POOLINGS
 from ..thresholds import AVERAGES
-from .errors import UsageError
+from .errors import UsageError, program_name
 
 __all__ = [
     "ModelArguments",
@@ -100,10 +100,14 @@ def _resolved_types(config_class: type) -> dict[str, Any]:
 
 
 def _documented_settings(config_class: type) -> dict[str, str]:
-    """``name -> help`` parsed from the ``Args:`` section of the config's docstring."""
-    doc = inspect.cleandoc(config_class.__doc__ or "")
-    entries = re.findall(r"^ {4}(\w+) \([^\n]*\):\n((?: {8}[^\n]*\n?)+)", doc, flags=re.MULTILINE)
-    return {name: " ".join(text.split()) for name, text in entries}
+    """``name -> help`` parsed from the ``Args:`` sections of the config's docstring and its bases' (a subclass
+    documents the settings it adds or changes; the others keep their base's text)."""
+    settings: dict[str, str] = {}
+    for cls in reversed(config_class.__mro__):
+        doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "")
+        entries = re.findall(r"^ {4}(\w+) \([^\n]*\):\n((?: {8}[^\n]*\n?)+)", doc, flags=re.MULTILINE)
+        settings.update({name: " ".join(text.split()) for name, text in entries})
+    return settings
 
 
 _SCALARS = (str, int, float, bool)
@@ -152,7 +156,8 @@ def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, 
     for config_field in pooled_config_fields(config_class):
         annotation = _argument_type(types[config_field.name])
         default = CLI_MODEL_DEFAULTS.get(config_field.name, _config_default(config_field))
-        metadata = {"help": helps.get(config_field.name, "A PooledConfig setting.")}
+        # Every setting is documented in PooledConfig's docstring (tests/train/test_help.py checks it).
+        metadata = {"help": helps.get(config_field.name)}
         if config_field.name in CLI_MODEL_HELP:
             metadata["help"] += " " + CLI_MODEL_HELP[config_field.name]
         if config_field.name in DATA_DERIVED_SETTINGS:
@@ -511,10 +516,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def _parser() -> HfArgumentParser:
+    program = program_name("train.py", "pooled-train", "pooled_models.train")
     return HfArgumentParser(
         (ModelArguments, DataArguments, PooledTrainingArguments),
-        prog="train.py",
-        usage="train.py [CONFIG.yaml|CONFIG.json] [--flag value ...]",
+        prog=program,
+        usage=f"{program} [CONFIG.yaml|CONFIG.json] [--flag value ...]",
         description="Fine-tune any Transformers backbone with any pooling head. Settings come from an optional "
         "YAML/JSON config file (first argument) and flags; flags override the file.",
     )

@@ -22,7 +22,7 @@ from ..modeling.configuration_pooled import PooledConfig
 from .arguments import FROM_TRAINING_DATA, parse_arguments
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
 from .data import Split, prepare_splits, tokenize
-from .errors import UsageError
+from .errors import UsageError, program_name
 from .label_space import Labels
 from .metrics import BEST_MODEL_METRIC, metrics_function
 from .model_setup import (
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run(list(sys.argv[1:] if argv is None else argv))
     except UsageError as error:
-        print(f"train.py: error: {error}", file=sys.stderr)
+        print(f"{_program()}: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:
         if error.errno not in DISK_ERRORS:
@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A full disk or a read-only file system is the machine's state, not a bug: one line, and what to do.
         where = f" while writing {error.filename}" if error.filename else ""
         print(
-            f"train.py: error: {error.strerror}{where}. Free some space (or fix the file system) and run again; "
+            f"{_program()}: error: {error.strerror}{where}. Free some space (or fix the file system) and run again; "
             "a run that kept a complete checkpoint continues with --resume_from_checkpoint true.",
             file=sys.stderr,
         )
@@ -236,6 +236,10 @@ def _published_metrics(folder: Path) -> dict[str, float]:
         return json.loads((folder / RESULTS_FILE).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def _program() -> str:
+    return program_name("train.py", "pooled-train", "pooled_models.train")
 
 
 def _set_up_logging(training_args) -> None:

@@ -93,6 +93,7 @@ def test_pipeline_gives_softmax_scores_for_single_label(tmp_path, minilm_path, m
     assert result["score"] == pytest.approx(probabilities[best].item(), abs=1e-5)
 
 
+@pytest.mark.slow  # a fresh interpreter without the package
 def test_trust_remote_code_loads_the_same_model_without_the_package(multi_label_folder, tmp_path):
     folder, logits = multi_label_folder
     script = f"""
@@ -120,6 +121,7 @@ def test_trust_remote_code_loads_the_same_model_without_the_package(multi_label_
     torch.testing.assert_close(torch.tensor(report["logits"]), logits, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow  # a fresh interpreter without the package
 def test_without_the_package_remote_code_is_never_run_unasked(multi_label_folder, tmp_path):
     folder, _ = multi_label_folder
     script = f"""
@@ -166,6 +168,7 @@ def fake_hub(monkeypatch, tmp_path):
     return api
 
 
+@pytest.mark.slow  # uploads through a fake Hub, then loads in a fresh interpreter
 def test_push_to_hub_uploads_a_loadable_self_contained_checkpoint(
     fake_hub, minilm_path, minilm_tokenizer, tmp_path
 ):

@@ -282,6 +282,7 @@ def test_a_backbone_without_input_embeddings_is_named():
 # ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a fresh interpreter without the package
 def test_trust_remote_code_load_without_the_package(tmp_path):
     model = label_model(problem_type="multi_label_classification")
     model.save_pretrained(tmp_path / "model")

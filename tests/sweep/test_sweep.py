@@ -50,6 +50,8 @@ def sweep_report(tiny_backbone_path, tmp_path_factory):
     return status, report_dir
 
 
+@pytest.mark.slow  # the sweep_report fixture trains 3 poolings x 2 seeds and both baselines
+@pytest.mark.slow  # the sweep_report fixture trains 3 poolings x 2 seeds and both baselines
 def test_the_report_has_a_row_per_pooling_and_baseline(sweep_report):
     status, report_dir = sweep_report
     assert status == 0
@@ -77,6 +79,7 @@ def test_the_report_has_a_row_per_pooling_and_baseline(sweep_report):
     assert width > 100 and height > 100
 
 
+@pytest.mark.slow  # the sweep_report fixture trains 3 poolings x 2 seeds and both baselines
 def test_a_failing_pooling_is_reported_and_the_others_go_on(sweep_report):
     _, report_dir = sweep_report
     document = json.loads((report_dir / "report.json").read_text())
@@ -95,6 +98,7 @@ def test_a_failing_pooling_is_reported_and_the_others_go_on(sweep_report):
     )
 
 
+@pytest.mark.slow  # the sweep_report fixture trains 3 poolings x 2 seeds and both baselines
 def test_report_numbers_are_the_runs_own(sweep_report):
     _, report_dir = sweep_report
     document = json.loads((report_dir / "report.json").read_text())

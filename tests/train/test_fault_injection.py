@@ -24,7 +24,7 @@ KILLED_RUN = textwrap.dedent(
     """
     import os, signal, sys
     import torch
-    from pooled_models import staging
+    from pooled_models.train import staging
     from pooled_models.train.run import run
     from pooled_models.train.trainer import PooledTrainer
 

@@ -17,7 +17,8 @@ from transformers import AutoModelForSequenceClassification
 from pooled_models import PooledForSequenceClassification
 from pooled_models.train.errors import UsageError
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+# Every test here starts other processes (a killed run, accelerate launch): slow.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 # Runs train.py's main with a callback that SIGKILLs the process as soon as the first checkpoint is on disk: no
 # cleanup code runs, as when a job is pre-empted.

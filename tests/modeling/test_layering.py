@@ -1,0 +1,119 @@
+"""The house's rules, read from the source: what each room may import, no import cycle, and the model room is
+exactly what travels next to a checkpoint."""
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO, tiny_model
+
+PACKAGE = REPO / "pooled_models"
+MODELING = PACKAGE / "modeling"
+# Small shared pieces: they import nothing of the package, or only one another.
+LEAVES = {
+    "pooled_models.modeling.problem_types",
+    "pooled_models.modeling.registry",
+    "pooled_models.train.errors",
+    "pooled_models.thresholds",
+    "pooled_models.train.metrics",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> list[tuple[str, int, str]]:
+    """``(module imported, relative level, line)`` for every import of the file, at any depth (functions and
+    TYPE_CHECKING blocks included): an import anywhere in a model file runs on some user's machine."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, 0, ast.unparse(node)) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.module or "", node.level, ast.unparse(node)))
+    return found
+
+
+def resolve(path: Path, module: str, level: int) -> str:
+    if level == 0:
+        return module
+    base = module_name(path).split(".")
+    if path.name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def package_imports(path: Path) -> set[str]:
+    """The package's modules a file imports (``from .x import y`` may name a module ``x.y``)."""
+    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    found = set()
+    for module, level, _ in imports_of(path):
+        target = resolve(path, module, level)
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target.startswith("pooled_models") and target != module_name(path):
+            found.add(target)
+    return found
+
+
+MODEL_FILES = sorted(path for path in MODELING.glob("*.py") if path.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", MODEL_FILES, ids=lambda path: path.name)
+def test_a_model_file_imports_only_the_standard_library_torch_transformers_and_its_siblings(path):
+    for module, level, line in imports_of(path):
+        if level:
+            assert level == 1 and module and "." not in module, (
+                f"{path.name}: {line} (only `from .sibling import`)"
+            )
+            assert (MODELING / f"{module}.py").is_file(), f"{path.name}: {line}"
+        else:
+            top = module.split(".")[0]
+            assert top in sys.stdlib_module_names or top in ("torch", "transformers"), f"{path.name}: {line}"
+
+
+def test_the_files_saved_next_to_a_checkpoint_are_exactly_the_model_room(tmp_path):
+    # label_tokens: the pooling with the most modules behind it.
+    for pooling, settings in (("mean", {}), ("label_tokens", {"label_token_init": "random"})):
+        tiny_model(pooling, **settings).save_pretrained(tmp_path / pooling)
+        saved = {path.name for path in (tmp_path / pooling).glob("*.py")}
+        assert saved == {path.name for path in MODEL_FILES}, pooling
+
+
+def test_rooms_import_one_way_and_leaves_import_no_room():
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        imported = package_imports(path)
+        if name.startswith("pooled_models.modeling"):
+            assert all(target.startswith("pooled_models.modeling") for target in imported), (name, imported)
+        elif name.startswith("pooled_models.train"):
+            assert not any(target.startswith("pooled_models.sweep") for target in imported), (name, imported)
+        elif name == "pooled_models":
+            assert all(target.startswith("pooled_models.modeling") for target in imported), imported
+        if name in LEAVES:
+            assert imported <= LEAVES, (name, imported - LEAVES)
+
+
+def test_there_is_no_import_cycle():
+    graph = {module_name(path): package_imports(path) for path in PACKAGE.rglob("*.py")}
+    visiting, done = set(), set()
+
+    def visit(module, trail):
+        assert module not in visiting, "import cycle: " + " -> ".join([*trail, module])
+        if module in done:
+            return
+        visiting.add(module)
+        for target in graph.get(module, ()):
+            if (
+                target != "pooled_models"
+            ):  # every submodule's package __init__ runs first; it imports modeling
+                visit(target, [*trail, module])
+        visiting.discard(module)
+        done.add(module)
+
+    for module in graph:
+        visit(module, [])

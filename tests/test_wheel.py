@@ -1,0 +1,99 @@
+"""The package as a user gets it: the wheel installed in a fresh venv outside the repository. The base install
+loads and runs a model; with [train], pooled-train trains one to completion (model card included) and pipeline()
+serves it. Slow: a venv, torch and the dependencies are installed (from the machine's pip cache when warm)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import pytest
+from helpers import REPO, topic_rows, write_rows
+
+pytestmark = pytest.mark.slow
+
+
+def run(command, cwd, timeout=900, env=None):
+    result = subprocess.run(
+        [str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
+    assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    return result
+
+
+def test_the_wheel_installs_trains_and_serves_outside_the_repository(tmp_path, tiny_backbone_path):
+    dist = tmp_path / "dist"
+    run([sys.executable, "-m", "pip", "wheel", REPO, "--no-deps", "--quiet", "-w", dist], cwd=tmp_path)
+    (wheel,) = dist.glob("pooled_models-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "pooled_models/train/templates/pooled_classifier.md" in names
+    assert "pooled_models/modeling/modeling_pooled.py" in names
+    assert not [name for name in names if name.startswith(("tests/", "bench/", "corpora/"))]
+
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", venv], cwd=tmp_path)
+    python, pip = venv / "bin" / "python", [venv / "bin" / "python", "-m", "pip", "install", "--quiet"]
+    elsewhere = tmp_path / "elsewhere"  # not the repository: nothing is imported from the working tree
+    elsewhere.mkdir()
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["HF_HUB_OFFLINE"] = "1"
+    run([*pip, "torch==2.13.0"], cwd=elsewhere, env=env)  # first: the CPU build on this machine's disk
+    run([*pip, wheel], cwd=elsewhere, env=env)
+
+    # The base install: a model loads and runs; the CLI says which extra it needs.
+    checkpoint = REPO / "tests" / "modeling" / "fixtures" / "v0_1_0" / "attention_dense"
+    script = f"""
+        import torch, pooled_models
+        from transformers import AutoModelForSequenceClassification
+        model = AutoModelForSequenceClassification.from_pretrained({str(checkpoint)!r})
+        print(pooled_models.__file__, model(input_ids=torch.tensor([[5, 6, 7]])).logits.shape[-1])
+        try:
+            import pooled_models.train
+        except ImportError as error:
+            print(error)
+    """
+    lines = run([python, "-c", textwrap.dedent(script)], cwd=elsewhere, env=env).stdout.strip().splitlines()
+    assert lines[0].startswith(str(venv)) and lines[0].endswith(" 3")
+    assert lines[1].startswith("pooled_models' training CLI needs ") and "pooled_models[train]" in lines[1]
+
+    # With [train]: the console script trains to a published, documented model that pipeline() loads.
+    run([*pip, f"{wheel}[train]"], cwd=elsewhere, env=env)
+    data = {
+        split: write_rows(elsewhere / f"{split}.csv", topic_rows(24, seed))
+        for split, seed in (("train", 0), ("validation", 1))
+    }
+    config = elsewhere / "tiny.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "model_name_or_path": tiny_backbone_path,
+                "train_file": str(data["train"]),
+                "validation_file": str(data["validation"]),
+                "output_dir": "model",
+                "do_train": True,
+                "do_eval": True,
+                "num_train_epochs": 1,
+                "report_to": "none",
+                "disable_tqdm": True,
+            }
+        )
+    )
+    trained = run([venv / "bin" / "pooled-train", config], cwd=elsewhere, env=env)
+    assert f"Saved to: {elsewhere / 'model'}" in trained.stdout
+    card = (elsewhere / "model" / "README.md").read_text()
+    assert "pooled_models" in card and "eval_accuracy" not in card and "| validation |" in card
+    script = """
+        import pooled_models
+        from transformers import pipeline
+        print(pipeline("text-classification", model="model")("a goal in the match")[0]["label"])
+    """
+    label = (
+        run([python, "-c", textwrap.dedent(script)], cwd=elsewhere, env=env).stdout.strip().splitlines()[-1]
+    )
+    assert label in {"food", "music", "sport"}
+    assert (
+        "usage: python -m pooled_models.train"
+        in run([python, "-m", "pooled_models.train", "--help"], cwd=elsewhere, env=env).stdout
+    )

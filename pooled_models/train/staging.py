@@ -325,24 +325,18 @@ class StagedOutputDir:
         finished = record is not None and record.get("status") == "finished"
         who = f"an interrupted run ({_describe_run(record or {})})"
         if self.replaced.exists():
-            if not self.final.exists():
-                if finished:
-                    self._swap_in(record.get("keep_checkpoints", False))
+            if self.final.exists():
+                if read_run_record(self.replaced) is not None:
+                    _remove(self.replaced)
                     logger.warning(
-                        "%s had finished and was stopped while publishing: its model is now in %s.",
-                        who.capitalize(),
-                        self.final,
+                        "Removed %s: the model an interrupted publish had already replaced.", self.replaced
                     )
-                    return True
+                else:
+                    logger.warning("Left %s alone: it was not written by a train.py run.", self.replaced)
+            elif not finished:
                 self.replaced.rename(self.final)
                 logger.warning("Moved the model an interrupted run had set aside back to %s.", self.final)
-            elif read_run_record(self.replaced) is not None:
-                _remove(self.replaced)
-                logger.warning(
-                    "Removed %s: the model an interrupted publish had already replaced.", self.replaced
-                )
-            else:
-                logger.warning("Left %s alone: it was not written by a train.py run.", self.replaced)
+            # Finished, with output_dir moved aside: the publish below completes, and removes what it replaces.
         if finished:
             if self.final.is_dir() and any(self.final.iterdir()) and self._foreign_entries(self.final):
                 raise UsageError(

@@ -107,7 +107,7 @@ def build_candidates(backbone: str, args) -> list[Candidate]:
         model = PooledForSequenceClassification.from_backbone(
             backbone, pooling=pooling, num_labels=args.num_labels
         )
-        is_layer_strategy = isinstance(model.base_model.pooler, LayerPooler)
+        is_layer_strategy = isinstance(model.pooler, LayerPooler)
         candidates.append(
             candidate(pooling, model, target=LAYER_TARGET if is_layer_strategy else TOKEN_TARGET)
         )

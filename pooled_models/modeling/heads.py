@@ -109,7 +109,7 @@ class LabelTokenHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(scorers))
         self.initializer_range = config.initializer_range
 
-    def init_parameters(self) -> None:
+    def init_parameters(self, config: PreTrainedConfig, input_embeddings: nn.Module) -> None:
         init.normal_(self.weight, std=self.initializer_range)
         init.zeros_(self.bias)
 

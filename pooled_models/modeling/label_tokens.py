@@ -30,7 +30,13 @@ from .heads import LABEL_TOKEN_SCORERS, LabelTokenHead
 from .pooling import POOLINGS, Pooler
 from .registry import LABEL_TOKEN_INITS, Component
 
-__all__ = ["LabelTokenPooler", "LabelTokenInit", "LABEL_TOKEN_INITS", "label_token_settings_from_tokenizer"]
+__all__ = [
+    "LabelTokenPooler",
+    "LabelEmbeddings",
+    "LabelTokenInit",
+    "LABEL_TOKEN_INITS",
+    "label_token_settings_from_tokenizer",
+]
 
 # Where the label tokens go: after this many leading tokens of the text; -1 puts them after the text.
 AFTER_THE_TEXT = -1
@@ -190,6 +196,24 @@ class FromNoise(LabelTokenInit):
 # ----------------------------------------------------------------------------------------------------
 
 
+class LabelEmbeddings(nn.Module):
+    """One learned input vector per label. A module of its own, read through its forward, so that hooks that
+    bring weights to the device for a forward (accelerate's offloading) bring these too. Not an ``nn.Embedding``:
+    the model initialises them itself (from the label names), which the default embedding init would undo."""
+
+    def __init__(self, num_labels: int, hidden_size: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_labels, hidden_size))
+
+    def init_parameters(self, config: PreTrainedConfig, input_embeddings: nn.Module) -> None:
+        LABEL_TOKEN_INITS.lookup(config.label_token_init).initialise(
+            self.weight, input_embeddings.weight, config
+        )
+
+    def forward(self, index: torch.Tensor) -> torch.Tensor:
+        return self.weight[index]
+
+
 @POOLINGS.register("label_tokens")
 class LabelTokenPooler(Pooler):
     """One learned token per label placed in the input; returns each label's final hidden state ``[B, L, H]``."""
@@ -257,18 +281,11 @@ class LabelTokenPooler(Pooler):
         super().__init__()
         self.num_labels = config.num_labels
         self.output_dim = config.backbone_config.hidden_size
-        self.label_embeddings = nn.Parameter(torch.empty(self.num_labels, self.output_dim))
+        self.label_embeddings = LabelEmbeddings(self.num_labels, self.output_dim)
         self.position = config.label_token_position
         self.per_pass = config.label_tokens_per_pass
         self.num_passes = math.ceil(self.num_labels / self.per_pass)
         self.added_tokens = self.per_pass  # every input carries one pass of label tokens
-
-    # -- initialisation -------------------------------------------------------------------------------
-
-    def init_parameters(self, config, input_embeddings):
-        LABEL_TOKEN_INITS.lookup(config.label_token_init).initialise(
-            self.label_embeddings, input_embeddings.weight, config
-        )
 
     # -- checks against the backbone -------------------------------------------------------------------
 
@@ -293,7 +310,7 @@ class LabelTokenPooler(Pooler):
             raise ValueError("pooling='label_tokens' derives position ids itself; do not pass position_ids.")
         layout = _Layout.build(inputs["attention_mask"], self, encoder.position_budget)
         extended = layout.extend_inputs(inputs, encoder.pad_token_id)
-        label_vectors = self.label_embeddings[layout.label_index.clamp(min=0)]  # [B', T', H]
+        label_vectors = self.label_embeddings(layout.label_index.clamp(min=0))  # [B', T', H]
         is_label = (layout.label_index >= 0).unsqueeze(-1)
 
         def write_labels(word_embeddings: torch.Tensor) -> torch.Tensor:

@@ -3,6 +3,13 @@
 Data flow: ``input_ids, attention_mask`` -> backbone (all hidden states only when the pooler reads more
 than the last layer) -> pooler (``[B, T, H]`` -> ``[B, D]``) -> head -> logits -> loss for the problem type.
 
+Layout: ``PooledModel`` is ``backbone`` + ``pooler``; ``PooledForSequenceClassification`` is ``backbone`` +
+``classifier``, the task's own part, which holds the pooler and the head. Everything a classifier adds to its
+backbone is under one module named ``classifier``, as in Transformers' own models, so that PEFT's ``SEQ_CLS`` task
+(which trains and saves the module named ``classifier`` next to the adapter) trains and saves the pooler too.
+Checkpoints of the 0.1 layout (``pooled.backbone``, ``pooled.pooler``, ``classifier`` = the head) load through a
+renaming of their keys.
+
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
 torch, transformers and its sibling model files.
 """
@@ -11,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -23,10 +30,14 @@ from .backbone import build_backbone, load_backbone, position_ids_from_mask, pos
 from .configuration_pooled import PooledConfig
 from .heads import HEADS, LabelTokenHead
 from .inputs import check_inputs
+from .label_tokens import LabelEmbeddings
 from .losses import classification_loss
 from .pooling import POOLINGS, Pooler, build_pooler
 from .problem_types import infer_problem_type
 from .targets import as_label_tensor, check_labels
+
+# Modules that initialise their own plain parameters with init_parameters(config, input_embeddings).
+INITIALISED_BY_THEMSELVES = (Pooler, LabelEmbeddings, LabelTokenHead)
 
 __all__ = ["PooledPreTrainedModel", "PooledModel", "PooledForSequenceClassification", "AUTO_MAP"]
 
@@ -40,8 +51,11 @@ AUTO_MAP = {
 
 
 class PooledPreTrainedModel(PreTrainedModel):
+    """What both pooled models share: a backbone, run with positions from the mask, and how they load."""
+
     config_class = PooledConfig
-    base_model_prefix = "pooled"
+    # As in Transformers' task models, the base model is the backbone (BertForSequenceClassification's is BertModel).
+    base_model_prefix = "backbone"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     # The backbone checks its own support for the attention implementation it is given.
@@ -49,100 +63,15 @@ class PooledPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
+    # Checkpoint keys of earlier layouts -> this class's (regex -> replacement, applied in order when loading).
+    _legacy_key_mapping: ClassVar[dict[str, str]] = {}
 
-    def get_backbone(self) -> PreTrainedModel:
-        """The Transformers model the pooler reads (BERT, RoBERTa, ESM...)."""
-        return self.base_model.backbone
-
-    @property
-    def added_tokens(self) -> int:
-        """Tokens the pooler adds to every input (label tokens), which a text's length limit must leave room for."""
-        return self.base_model.pooler.added_tokens
-
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, Pooler):
-            module.init_parameters(self.config, self.get_input_embeddings())
-        elif isinstance(module, LabelTokenHead):
-            module.init_parameters()
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """``PreTrainedModel.from_pretrained`` restricted to safetensors weights: pickle is never read."""
-        if kwargs.get("use_safetensors", True) is False:
-            raise ValueError(
-                "pooled_models loads weights from safetensors only; use_safetensors=False is refused."
-            )
-        kwargs["use_safetensors"] = True
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-
-    @classmethod
-    def from_backbone(
-        cls,
-        backbone_name_or_path: str | os.PathLike,
-        pooling: str = "mean",
-        *,
-        backbone_kwargs: dict[str, Any] | None = None,
-        tokenizer=None,
-        **config_kwargs,
-    ):
-        """Build a model around a pretrained backbone, with a freshly initialised pooler and head.
-
-        Args:
-            backbone_name_or_path: Hub id or local folder of any model built into transformers.
-            pooling: a registered pooling name (see ``pooled_models.POOLERS``).
-            backbone_kwargs: passed to the backbone's ``from_pretrained`` and ``AutoConfig.from_pretrained``
-                (``revision``, ``cache_dir``, ``token``, ``local_files_only``, ``dtype``, ``attn_implementation``).
-            tokenizer: the backbone's tokenizer, for poolings that need one to start from (``label_tokens`` reads
-                the token ids of the label names); loaded from ``backbone_name_or_path`` when needed and not given.
-            **config_kwargs: ``PooledConfig`` settings (``num_labels``, ``id2label``, ``problem_type``, pooling
-                and head settings).
-        """
-        backbone_kwargs = dict(backbone_kwargs or {})
-        if "trust_remote_code" in backbone_kwargs or "trust_remote_code" in config_kwargs:
-            raise ValueError(
-                "from_backbone does not take trust_remote_code: pooled_models only builds backbones whose code "
-                "ships with transformers."
-            )
-        hub_keys = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
-        hub_kwargs = {key: backbone_kwargs[key] for key in hub_keys if key in backbone_kwargs}
-        backbone_config = AutoConfig.from_pretrained(
-            backbone_name_or_path, trust_remote_code=False, **hub_kwargs
-        )
-
-        def load_tokenizer():
-            if tokenizer is not None:
-                return tokenizer
-            return AutoTokenizer.from_pretrained(backbone_name_or_path, trust_remote_code=False, **hub_kwargs)
-
-        config_kwargs.update(POOLINGS.lookup(pooling).tokenizer_settings(config_kwargs, load_tokenizer))
-        config = PooledConfig(backbone_config=backbone_config, pooling=pooling, **config_kwargs)
-        backbone = load_backbone(backbone_name_or_path, config.backbone_config, **backbone_kwargs)
-        model = cls(config, backbone=backbone)
-        return model.to(backbone.dtype)
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        self.config.auto_map = dict(AUTO_MAP)
-        return super().save_pretrained(save_directory, *args, **kwargs)
-
-
-class PooledModel(PooledPreTrainedModel):
-    """Backbone + pooler: ``pooler_output`` holds one embedding per sequence.
-
-    ``AutoModel.from_pretrained`` on any pooled checkpoint (also a classifier's) gives this model.
-    """
-
-    # A classifier checkpoint also holds its head, which this model has no use for.
-    _keys_to_ignore_on_load_unexpected = [r"^classifier\."]
-
-    def __init__(self, config: PooledConfig, backbone: PreTrainedModel | None = None):
-        super().__init__(config)
+    def _set_backbone(self, config: PooledConfig, backbone: PreTrainedModel | None) -> None:
         if backbone is None:
             backbone = build_backbone(config.backbone_config)
         else:
             config.backbone_config = backbone.config  # one config object for the backbone we hold
         self.backbone = backbone
-        self.pooler = build_pooler(config)
         accepted = inspect.signature(self.backbone.forward).parameters
         self._backbone_takes = {
             name for name in ("token_type_ids", "position_ids", "use_cache") if name in accepted
@@ -151,8 +80,17 @@ class PooledModel(PooledPreTrainedModel):
         max_positions = getattr(config.backbone_config, "max_position_embeddings", None)
         # How many positions a sequence may use (RoBERTa-style embeddings reserve padding_idx + 1 of them).
         self.position_budget = None if max_positions is None else max_positions - self._position_offset
-        self.pooler.check_backbone(self.backbone, self.position_budget)
-        self.post_init()
+
+    def get_backbone(self) -> PreTrainedModel:
+        """The Transformers model the pooler reads (BERT, RoBERTa, ESM...)."""
+        return self.backbone
+
+    @property
+    def added_tokens(self) -> int:
+        """Tokens the pooler adds to every input (label tokens), which a text's length limit must leave room for."""
+        return (
+            self.pooler.added_tokens
+        )  # PooledModel.pooler, PooledForSequenceClassification.classifier.pooler
 
     @property
     def pad_token_id(self) -> int:
@@ -164,6 +102,15 @@ class PooledModel(PooledPreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Module):
         self.backbone.set_input_embeddings(value)
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        # The parts that hold plain nn.Parameters (poolers, label embeddings, the label-token head) initialise them
+        # themselves; the default init only knows Linear, Embedding, LayerNorm...
+        if isinstance(module, INITIALISED_BY_THEMSELVES):
+            module.init_parameters(self.config, self.get_input_embeddings())
+
+    # -- running the backbone -------------------------------------------------------------------------------
 
     def run_backbone(
         self,
@@ -199,6 +146,166 @@ class PooledModel(PooledPreTrainedModel):
             **kwargs,
         )
 
+    def _backbone_call(self) -> BackboneCall:
+        return BackboneCall(self.run_backbone, self.backbone, self.position_budget, self.pad_token_id)
+
+    def _model_inputs(
+        self,
+        input_ids,
+        attention_mask,
+        token_type_ids,
+        position_ids,
+        inputs_embeds,
+        output_attentions,
+        kwargs,
+    ) -> dict[str, Any]:
+        """The checked inputs of one forward pass, with a mask of ones when none is given."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if not torch.compiler.is_compiling():  # data-dependent checks stay off compiled and exported graphs
+            check_inputs(input_ids, attention_mask, reference, self.get_input_embeddings())
+        if attention_mask is None:
+            if input_ids is not None:
+                self.backbone.warn_if_padding_and_no_attention_mask(input_ids, attention_mask)
+            attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
+        if output_attentions is not None:
+            kwargs["output_attentions"] = output_attentions
+        return {
+            "input_ids": input_ids,
+            "inputs_embeds": inputs_embeds,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+            "position_ids": position_ids,
+            **kwargs,
+        }
+
+    def embed(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """The pooled vectors of a batch, ``[batch, pooler.output_dim]`` (``[batch, num_labels, hidden]`` for label
+        tokens): what ``PooledModel`` returns as ``pooler_output``, also from a classifier (before its head)."""
+        inputs = self._model_inputs(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, None, kwargs
+        )
+        return self.pooler.encode(self._backbone_call(), inputs, False)[1]
+
+    # -- loading and saving ---------------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """``PreTrainedModel.from_pretrained`` restricted to safetensors weights (pickle is never read), which also
+        reads checkpoints of the 0.1 layout."""
+        if kwargs.get("use_safetensors", True) is False:
+            raise ValueError(
+                "pooled_models loads weights from safetensors only; use_safetensors=False is refused."
+            )
+        kwargs["use_safetensors"] = True
+        kwargs["key_mapping"] = {**cls._legacy_key_mapping, **(kwargs.get("key_mapping") or {})}
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        # Transformers saves a model in the layout it was loaded from; a pooled model is saved in today's.
+        model._weight_conversions = None
+        return loaded
+
+    @classmethod
+    def from_backbone(
+        cls,
+        backbone_name_or_path: str | os.PathLike,
+        pooling: str = "mean",
+        *,
+        backbone_kwargs: dict[str, Any] | None = None,
+        tokenizer=None,
+        **config_kwargs,
+    ):
+        """Build a model around a pretrained backbone, with a freshly initialised pooler and head.
+
+        Args:
+            backbone_name_or_path: Hub id or local folder of any model built into transformers.
+            pooling: a registered pooling name (see ``pooled_models.POOLINGS``).
+            backbone_kwargs: passed to the backbone's ``from_pretrained`` and ``AutoConfig.from_pretrained``
+                (``revision``, ``cache_dir``, ``token``, ``local_files_only``, ``dtype``, ``attn_implementation``).
+            tokenizer: the backbone's tokenizer, for poolings that need one to start from (``label_tokens`` reads
+                the token ids of the label names); loaded from ``backbone_name_or_path`` when needed and not given.
+            **config_kwargs: ``PooledConfig`` settings (``num_labels``, ``id2label``, ``problem_type``, pooling
+                and head settings).
+        """
+        backbone_kwargs = dict(backbone_kwargs or {})
+        if "trust_remote_code" in backbone_kwargs or "trust_remote_code" in config_kwargs:
+            raise ValueError(
+                "from_backbone does not take trust_remote_code: pooled_models only builds backbones whose code "
+                "ships with transformers."
+            )
+        hub_keys = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
+        hub_kwargs = {key: backbone_kwargs[key] for key in hub_keys if key in backbone_kwargs}
+        backbone_config = AutoConfig.from_pretrained(
+            backbone_name_or_path, trust_remote_code=False, **hub_kwargs
+        )
+
+        def load_tokenizer():
+            if tokenizer is not None:
+                return tokenizer
+            return AutoTokenizer.from_pretrained(backbone_name_or_path, trust_remote_code=False, **hub_kwargs)
+
+        config_kwargs.update(POOLINGS.lookup(pooling).tokenizer_settings(config_kwargs, load_tokenizer))
+        config = PooledConfig(backbone_config=backbone_config, pooling=pooling, **config_kwargs)
+        backbone = load_backbone(backbone_name_or_path, config.backbone_config, **backbone_kwargs)
+        model = cls(config, backbone=backbone)
+        return model.to(backbone.dtype)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        self.config.auto_map = dict(AUTO_MAP)
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+class BackboneCall:
+    """What a pooler needs of the model to run the backbone itself. A plain object, not the model: a module passed
+    to a forward would be moved as a whole by accelerate's device hooks (they call ``.to`` on every argument)."""
+
+    def __init__(self, run, backbone: nn.Module, position_budget: int | None, pad_token_id: int):
+        self.run_backbone = run
+        self.backbone = backbone
+        self.position_budget = position_budget
+        self.pad_token_id = pad_token_id
+
+
+# 0.1 saved label embeddings as a parameter of the pooler (now the weight of a module of their own) and named the
+# attention pooler's scoring layers "score" (now "scorer").
+_POOLER_KEYS_0_1 = {
+    r"pooler\.label_embeddings$": "pooler.label_embeddings.weight",
+    r"pooler\.score\.": "pooler.scorer.",
+}
+
+
+class PooledModel(PooledPreTrainedModel):
+    """Backbone + pooler: ``pooler_output`` holds one embedding per sequence.
+
+    ``AutoModel.from_pretrained`` on any pooled checkpoint (also a classifier's) gives this model.
+    """
+
+    # A classifier checkpoint holds the pooler under its classifier (0.1: under pooled), and a head this model
+    # has no use for.
+    _legacy_key_mapping = {
+        r"^classifier\.pooler\.": "pooler.",
+        r"^pooled\.backbone\.": "backbone.",
+        r"^pooled\.pooler\.": "pooler.",
+        **_POOLER_KEYS_0_1,
+    }
+    _keys_to_ignore_on_load_unexpected = [r"^classifier\."]
+
+    def __init__(self, config: PooledConfig, backbone: PreTrainedModel | None = None):
+        super().__init__(config)
+        self._set_backbone(config, backbone)
+        self.pooler = build_pooler(config)
+        self.pooler.check_backbone(self.backbone, self.position_budget)
+        self.post_init()
+
     @can_return_tuple
     def forward(
         self,
@@ -216,28 +323,12 @@ class PooledModel(PooledPreTrainedModel):
         label's final hidden state, `[batch, num_labels, hidden_size]`, and `last_hidden_state` / `hidden_states`
         are those of the sequences with the label tokens inserted (one row per text and label group).
         """
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        reference = input_ids if input_ids is not None else inputs_embeds
-        if not torch.compiler.is_compiling():  # data-dependent checks stay off compiled and exported graphs
-            check_inputs(input_ids, attention_mask, reference, self.get_input_embeddings())
-        if attention_mask is None:
-            if input_ids is not None:
-                self.backbone.warn_if_padding_and_no_attention_mask(input_ids, attention_mask)
-            attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
+        inputs = self._model_inputs(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions, kwargs
+        )
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        if output_attentions is not None:
-            kwargs["output_attentions"] = output_attentions
-        inputs = {
-            "input_ids": input_ids,
-            "inputs_embeds": inputs_embeds,
-            "attention_mask": attention_mask,
-            "token_type_ids": token_type_ids,
-            "position_ids": position_ids,
-            **kwargs,
-        }
-        outputs, pooled = self.pooler.encode(self, inputs, output_hidden_states)
+        outputs, pooled = self.pooler.encode(self._backbone_call(), inputs, output_hidden_states)
         return BaseModelOutputWithPooling(
             last_hidden_state=outputs.last_hidden_state,
             pooler_output=pooled,
@@ -246,28 +337,49 @@ class PooledModel(PooledPreTrainedModel):
         )
 
 
+class PooledClassifier(nn.Module):
+    """The part a sequence classifier adds to its backbone: the pooler and the head. Its forward runs the backbone
+    through ``call`` (the pooler decides how: label tokens edit its input) and returns
+    ``(backbone outputs, pooled, logits)``."""
+
+    def __init__(self, config: PooledConfig):
+        super().__init__()
+        self.pooler = build_pooler(config)
+        head_class = self.pooler.head_class or HEADS.lookup(config.classifier_head)
+        self.head = head_class(config, self.pooler.output_dim)
+
+    def forward(self, call: BackboneCall, inputs: dict[str, Any], output_hidden_states: bool):
+        outputs, pooled = self.pooler.encode(call, inputs, output_hidden_states)
+        return outputs, pooled, self.head(pooled)
+
+
 class PooledForSequenceClassification(PooledPreTrainedModel):
     """Backbone + pooler + classification head, for regression, single- and multi-label classification."""
+
+    _legacy_key_mapping = {
+        r"^pooled\.backbone\.": "backbone.",
+        r"^pooled\.pooler\.": "classifier.pooler.",
+        r"^classifier\.(?!pooler\.|head\.)": "classifier.head.",  # 0.1: the head itself was the classifier
+        r"^pooler\.": "classifier.pooler.",  # a PooledModel checkpoint: its pooler, with a new head
+        **_POOLER_KEYS_0_1,
+    }
 
     def __init__(self, config: PooledConfig, backbone: PreTrainedModel | None = None):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.pooled = PooledModel(config, backbone=backbone)
-        pooler = self.pooled.pooler
-        head_class = pooler.head_class or HEADS.lookup(config.classifier_head)
-        self.classifier = head_class(config, pooler.output_dim)
+        self._set_backbone(config, backbone)
+        self.classifier = PooledClassifier(config)
+        self.classifier.pooler.check_backbone(self.backbone, self.position_budget)
         self.post_init()
+
+    @property
+    def pooler(self) -> Pooler:
+        return self.classifier.pooler
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The pooler's and the head's parameters: those ``from_backbone`` initialises at random, which train
         best with a larger learning rate than the pretrained backbone."""
-        return [*self.pooled.pooler.parameters(), *self.classifier.parameters()]
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.pooled.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Module):
-        self.pooled.set_input_embeddings(value)
+        return list(self.classifier.parameters())
 
     @can_return_tuple
     def forward(
@@ -282,18 +394,12 @@ class PooledForSequenceClassification(PooledPreTrainedModel):
         output_attentions: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput:
-        outputs = self.pooled(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-            return_dict=True,
-            **kwargs,
+        inputs = self._model_inputs(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions, kwargs
         )
-        logits = self.classifier(outputs.pooler_output)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        outputs, _, logits = self.classifier(self._backbone_call(), inputs, output_hidden_states)
         loss = None
         if labels is not None:
             labels = as_label_tensor(labels)
@@ -303,7 +409,10 @@ class PooledForSequenceClassification(PooledPreTrainedModel):
             self.config.problem_type = problem_type
             loss = classification_loss(logits, targets.to(logits.device), self.config)
         return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states if output_hidden_states else None,
+            attentions=getattr(outputs, "attentions", None),
         )
 
 

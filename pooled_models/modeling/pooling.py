@@ -330,7 +330,9 @@ class AttentionPooler(TokenPooler):
         super().__init__(config)
         self.num_heads = config.attention_heads
         self.output_dim = self.hidden_size * self.num_heads
-        self.score = nn.Sequential(
+        # Not named "score": PEFT trains and saves every module whose name ends in "score" or "classifier" on its
+        # own, which would copy this one twice (it is already part of the classifier).
+        self.scorer = nn.Sequential(
             nn.Linear(self.hidden_size, config.attention_hidden_size),
             nn.Tanh(),
             nn.Linear(config.attention_hidden_size, self.num_heads),
@@ -342,7 +344,7 @@ class AttentionPooler(TokenPooler):
         require_int("attention_hidden_size", config.attention_hidden_size, 1)
 
     def reduce(self, hidden_states, mask):
-        scores = self.score(hidden_states)  # [B, T, heads]
+        scores = self.scorer(hidden_states)  # [B, T, heads]
         scores = scores.float().masked_fill(~mask.unsqueeze(-1), torch.finfo(torch.float32).min)
         weights = scores.softmax(dim=1).to(hidden_states.dtype)
         pooled = torch.einsum("bth,btd->bhd", weights, hidden_states)

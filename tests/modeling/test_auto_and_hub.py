@@ -70,7 +70,7 @@ def test_auto_classes_load_the_pooled_classes(multi_label_folder, minilm_tokeniz
         assert torch.equal(classifier(**batch).logits, logits)
         encoder = AutoModel.from_pretrained(folder).eval()
         assert type(encoder) is PooledModel
-        torch.testing.assert_close(encoder(**batch).pooler_output, classifier.pooled(**batch).pooler_output)
+        torch.testing.assert_close(encoder(**batch).pooler_output, classifier.embed(**batch))
 
 
 def test_pipeline_gives_sigmoid_scores_for_multi_label(multi_label_folder):

@@ -25,7 +25,7 @@ def test_backbone_trains_saves_and_reloads(backbone, pooling, tmp_path):
 
     model.eval().save_pretrained(tmp_path)
     reloaded = PooledForSequenceClassification.from_pretrained(tmp_path).eval()
-    assert type(reloaded.pooled.backbone) is type(model.pooled.backbone)
+    assert type(reloaded.backbone) is type(model.backbone)
     assert torch.equal(model(**batch).logits, reloaded(**batch).logits)
 
 
@@ -49,7 +49,7 @@ def test_token_type_ids_are_dropped_for_backbones_without_segments():
 
 def test_esm_contact_head_is_not_built():
     model = tiny_model("cls", backbone="esm")
-    assert model.pooled.backbone.contact_head is None and model.pooled.backbone.pooler is None
+    assert model.backbone.contact_head is None and model.backbone.pooler is None
 
 
 @pytest.mark.parametrize("backbone", sorted(TINY_BACKBONES))

@@ -30,7 +30,7 @@ def test_shapes_losses_gradients_and_reload(backbone, tmp_path):
     single.loss.backward()
     missing = [name for name, param in model.named_parameters() if param.requires_grad and param.grad is None]
     assert not missing, f"parameters without a gradient: {missing}"
-    assert model.pooled.pooler.label_embeddings.grad.abs().sum() > 0
+    assert model.pooler.label_embeddings.weight.grad.abs().sum() > 0
 
     multi = label_model(backbone, problem_type="multi_label_classification")
     out = multi(**batch, labels=torch.tensor([[1, 0, 0, 1, 0], [0] * 5, [1] * 5]))
@@ -38,7 +38,7 @@ def test_shapes_losses_gradients_and_reload(backbone, tmp_path):
 
     model.eval().save_pretrained(tmp_path)
     reloaded = PooledForSequenceClassification.from_pretrained(tmp_path).eval()
-    assert torch.equal(reloaded.pooled.pooler.label_embeddings, model.pooled.pooler.label_embeddings)
+    assert torch.equal(reloaded.pooler.label_embeddings.weight, model.pooler.label_embeddings.weight)
     assert torch.equal(reloaded(**batch).logits, model(**batch).logits)
 
 
@@ -65,10 +65,10 @@ def test_batch_size_one_and_one_label_multi_label():
 @pytest.mark.parametrize("scorer", ["per_label", "shared"])
 def test_scorers(scorer):
     model = label_model(label_token_scorer=scorer)
-    head = model.classifier
+    head = model.classifier.head
     assert head.weight.shape == ((5, 32) if scorer == "per_label" else (1, 32))
     batch = random_batch([4, 6])
-    states = model.pooled(**batch).pooler_output
+    states = model.embed(**batch)
     assert states.shape == (2, 5, 32)
     expected = (states * head.weight).sum(-1) + head.bias
     torch.testing.assert_close(model(**batch).logits, expected)
@@ -76,14 +76,14 @@ def test_scorers(scorer):
 
 def test_dense_head_before_the_scorer():
     model = label_model(classifier_head="dense", classifier_hidden_size=16)
-    assert model.classifier.dense.out_features == 16 and model.classifier.weight.shape == (5, 16)
+    assert model.classifier.head.dense.out_features == 16 and model.classifier.head.weight.shape == (5, 16)
     assert model(**random_batch([4])).logits.shape == (1, 5)
 
 
 def test_the_tokenizer_and_vocabulary_stay_unchanged():
     model = label_model()
     assert model.get_input_embeddings().weight.shape == (VOCAB_SIZE, 32)
-    assert "label_embeddings" in dict(model.pooled.pooler.named_parameters())
+    assert "label_embeddings.weight" in dict(model.pooler.named_parameters())
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -167,19 +167,19 @@ def word_embeddings(model):
 def test_vocab_mean_init():
     model = label_model(label_token_init="vocab_mean")
     expected = word_embeddings(model).mean(0).expand(5, -1)
-    torch.testing.assert_close(model.pooled.pooler.label_embeddings.detach(), expected)
+    torch.testing.assert_close(model.pooler.label_embeddings.weight.detach(), expected)
 
 
 def test_cls_init_from_the_backbone_config():
     model = label_model("roberta", label_token_init="cls")  # RobertaConfig has bos_token_id 0
     assert model.config.label_token_init_ids == [[0]] * 5
     expected = word_embeddings(model)[0].expand(5, -1)
-    torch.testing.assert_close(model.pooled.pooler.label_embeddings.detach(), expected)
+    torch.testing.assert_close(model.pooler.label_embeddings.weight.detach(), expected)
 
 
 def test_random_init():
     model = label_model(label_token_init="random", num_labels=50)
-    embeddings = model.pooled.pooler.label_embeddings.detach()
+    embeddings = model.pooler.label_embeddings.weight.detach()
     assert abs(embeddings.std().item() - model.config.initializer_range) < 0.005
     assert abs(embeddings.mean().item()) < 0.005
 
@@ -188,7 +188,7 @@ def test_label_text_init_from_given_ids():
     model = label_model(num_labels=2, label_token_init="label_text", label_token_init_ids=[[7], [8, 9]])
     table = word_embeddings(model)
     torch.testing.assert_close(
-        model.pooled.pooler.label_embeddings.detach(), torch.stack([table[7], table[8:10].mean(0)])
+        model.pooler.label_embeddings.weight.detach(), torch.stack([table[7], table[8:10].mean(0)])
     )
 
 
@@ -199,14 +199,14 @@ def test_minilm_label_text_and_cls_init(minilm_path, minilm_tokenizer):
     ids = {name: minilm_tokenizer(name, add_special_tokens=False)["input_ids"] for name in names.values()}
     assert len(ids["sports"]) == 1 and len(ids["science fiction"]) == 2
     expected = torch.stack([table[ids[name]].mean(0) for name in names.values()])
-    torch.testing.assert_close(model.pooled.pooler.label_embeddings.detach(), expected)
+    torch.testing.assert_close(model.pooler.label_embeddings.weight.detach(), expected)
     assert model.config.label_token_position == 1  # BERT's tokenizer starts with [CLS]
 
     cls_model = PooledForSequenceClassification.from_backbone(
         minilm_path, pooling="label_tokens", id2label=names, label_token_init="cls"
     )
     cls_row = table[minilm_tokenizer.cls_token_id]
-    torch.testing.assert_close(cls_model.pooled.pooler.label_embeddings.detach(), cls_row.expand(3, -1))
+    torch.testing.assert_close(cls_model.pooler.label_embeddings.weight.detach(), cls_row.expand(3, -1))
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -23,13 +23,11 @@ def classifier(minilm_path):
 
 def test_from_backbone_loads_the_pretrained_weights_exactly(classifier, minilm_path):
     checkpoint = load_file(f"{minilm_path}/model.safetensors")
-    backbone = classifier.pooled.backbone.state_dict()
+    backbone = classifier.backbone.state_dict()
     assert set(backbone) <= set(checkpoint)
     for name, tensor in backbone.items():
         assert torch.equal(tensor, checkpoint[name]), name
-    assert (
-        classifier.pooled.backbone.pooler is None
-    )  # pooler.dense.* of the checkpoint is deliberately unused
+    assert classifier.backbone.pooler is None  # pooler.dense.* of the checkpoint is deliberately unused
 
 
 def test_mean_pooling_reproduces_sentence_transformers(minilm_path, minilm_tokenizer):

@@ -76,7 +76,7 @@ def test_pooled_model_returns_the_poolers_output():
 
 def test_no_unused_backbone_pooler_is_built():
     model = tiny_model("cls")
-    assert model.pooled.backbone.pooler is None
+    assert model.backbone.pooler is None
     assert not any("backbone.pooler" in name for name, _ in model.named_parameters())
 
 

@@ -100,7 +100,7 @@ def test_every_loss_is_finite_with_gradients_also_for_a_label_without_positives(
     out.loss.backward()
     grads = [p.grad for p in model.parameters() if p.requires_grad]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
-    assert model.classifier.out_proj.weight.grad[2].abs().sum() > 0
+    assert model.classifier.head.out_proj.weight.grad[2].abs().sum() > 0
 
 
 def loss_of(logits, targets, **settings):

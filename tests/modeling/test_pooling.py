@@ -52,7 +52,7 @@ def pad_mask(length: int, extra: int, side: str):
 # What each pooling must compute on one unpadded sequence: layers are [T, H], from embeddings to last.
 def _reference_attention(pooler, layers):
     hidden = layers[-1]
-    weights = pooler.score(hidden).softmax(dim=0)  # [T, heads]
+    weights = pooler.scorer(hidden).softmax(dim=0)  # [T, heads]
     return (weights.T @ hidden).reshape(-1)
 
 

@@ -63,13 +63,14 @@ def test_a_registered_pooling_and_head_build_train_save_and_reload(custom_parts,
     assert config.classifier_hidden_size == 256  # the head's default, filled in and saved
     model = PooledForSequenceClassification(config).eval()
     assert (
-        isinstance(model.classifier.net[1], torch.nn.Linear) and model.classifier.net[1].out_features == 256
+        isinstance(model.classifier.head.net[1], torch.nn.Linear)
+        and model.classifier.head.net[1].out_features == 256
     )
     batch = random_batch([4, 7])
-    hidden = model.pooled.backbone(**batch).last_hidden_state
+    hidden = model.backbone(**batch).last_hidden_state
     mask = batch["attention_mask"].bool()
     expected = reduce_mean(hidden, mask) + reduce_max(hidden, mask)
-    torch.testing.assert_close(model.pooled(**batch).pooler_output, expected)
+    torch.testing.assert_close(model.embed(**batch), expected)
     model(**batch, labels=torch.tensor([0, 2])).loss.backward()
     model.save_pretrained(tmp_path)
     reloaded = PooledForSequenceClassification.from_pretrained(tmp_path).eval()

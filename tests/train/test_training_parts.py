@@ -87,11 +87,9 @@ def test_head_parameters_are_the_pooler_and_classifier():
 
     model = tiny_model("attention")
     head = head_parameters(model)
-    expected = {
-        id(p) for name, p in model.named_parameters() if name.startswith(("pooled.pooler.", "classifier."))
-    }
+    expected = {id(p) for name, p in model.named_parameters() if name.startswith("classifier.")}
     assert head == expected and head
-    assert not head & {id(p) for p in model.pooled.backbone.parameters()}
+    assert not head & {id(p) for p in model.backbone.parameters()}
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ torch, transformers and its sibling model files.
 
 from __future__ import annotations
 
+import contextvars
 import copy
+import dataclasses
 from typing import Any
 
 from transformers import AutoConfig
@@ -28,6 +30,28 @@ __all__ = ["PooledConfig", "CHOICES"]
 
 # Each registry and the setting that picks from it. PooledConfig checks every choice by looping over these.
 CHOICES: tuple[Registry, ...] = (POOLINGS, HEADS, MULTI_LABEL_LOSSES)
+CHOICE_REGISTRIES = {registry.setting: registry for registry in (*CHOICES, LABEL_TOKEN_INITS)}
+# Settings with one value per label: they no longer fit when the number of labels changes.
+PER_LABEL = ("label_token_init_ids", "label_tokens_per_pass", "pos_weight", "decision_threshold")
+# True while from_dict builds a config: validation waits for the load-time keywords.
+_LOADING: contextvars.ContextVar[bool] = contextvars.ContextVar("pooled_config_loading", default=False)
+
+
+@dataclasses.dataclass
+class _Tracking:
+    num_labels: int | None  # the number of labels when the config was last validated
+    edited: set[str] = dataclasses.field(default_factory=set)  # settings changed since then
+    updating: bool = False  # validation itself is changing settings (not an edit)
+
+
+def _checkpoint_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"no tokenizer loads from {name_or_path!r}: {error}") from error
+
 
 # Keys that make transformers import and run code named by a config. A backbone config nested in ours is
 # always built from transformers' own classes, so none of them is ever kept.
@@ -167,6 +191,15 @@ class PooledConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         if self.id2label is not None and self.label2id is None:
             self.label2id = {label: index for index, label in self.id2label.items()}
+        if _LOADING.get():
+            return  # from_dict validates once the load-time keywords are applied
+        self._validate()
+        self._start_tracking()
+
+    # -- validation -----------------------------------------------------------------------------------------
+
+    def _validate(self) -> None:
+        """Every check and default: settings that do not apply refused, those that apply filled in and checked."""
         self._check_dropout()
         for registry in CHOICES:
             self._check_choice(registry)
@@ -174,8 +207,120 @@ class PooledConfig(PreTrainedConfig):
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
 
+    def _start_tracking(self, num_labels: int | None = None) -> None:
+        # Private state, kept out of config.json (to_dict): what changed since the last validation.
+        object.__setattr__(
+            self, "_tracking", _Tracking(self.num_labels if num_labels is None else num_labels)
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        tracking = self.__dict__.get("_tracking")
+        if tracking is not None and not tracking.updating and name in WATCHED:
+            if name in CHOICE_REGISTRIES:
+                CHOICE_REGISTRIES[name].lookup(value)  # an unknown name is refused at once, with the choices
+            tracking.edited.add(name)
+        super().__setattr__(name, value)
+
+    def structure(self) -> dict[str, Any]:
+        """The settings a built model's modules depend on: its pooling and head with their settings, and the number
+        of labels. A model cannot follow a change of these (it keeps its modules); loading it again can."""
+        names = {"pooling", "classifier_head", "num_labels"} | POOLINGS.every_option() | HEADS.every_option()
+        return {name: getattr(self, name, None) for name in sorted(names)}
+
+    @property
+    def has_pending_changes(self) -> bool:
+        """True when settings were changed (attribute edits) since the config was last validated."""
+        tracking = self.__dict__.get("_tracking")
+        return tracking is not None and bool(tracking.edited)
+
+    def ensure_valid(self) -> None:
+        """Validate the settings changed since the last validation (a no-op when none were)."""
+        if self.has_pending_changes:
+            self._revalidate(set(self._tracking.edited))
+
+    def _revalidate(self, explicit: set[str], tokenizer_source: str | None = None) -> None:
+        """Validation after a change (load-time keywords, attribute edits, a new label count).
+
+        A setting the change left behind is dropped: one of another pooling, head or loss than the chosen one, a
+        per-label setting when the number of labels changed, a multi-label setting when the problem is not
+        multi-label. Settings the change itself set (``explicit``) are kept, and refused if they do not apply.
+        Settings only a tokenizer knows (label tokens' starting token ids) are read again from ``tokenizer_source``
+        (the checkpoint's folder) when they were dropped.
+        """
+        tracking = self._tracking
+        tracking.updating = True
+        try:
+            for name in self._left_behind(explicit, labels_changed=self.num_labels != tracking.num_labels):
+                setattr(self, name, None)
+            if self.problem_type not in (None, MULTI_LABEL) and "multi_label_loss" not in explicit:
+                self.multi_label_loss = "bce"
+            if tokenizer_source:
+                self._fill_from_tokenizer(tokenizer_source)
+            self._validate()
+        finally:
+            tracking.updating = False
+        tracking.edited.clear()
+        tracking.num_labels = self.num_labels
+
+    def _left_behind(self, explicit: set[str], labels_changed: bool) -> list[str]:
+        chosen: dict[str, Any] = {}
+        for registry in CHOICES:
+            chosen.update(registry.lookup(getattr(self, registry.setting)).options_for(self))
+        stale = {name for registry in CHOICES for name in registry.every_option()} - set(chosen)
+        if labels_changed:
+            stale |= {name for name in PER_LABEL if name != "decision_threshold"}
+            if isinstance(self.decision_threshold, list):
+                stale.add("decision_threshold")  # one threshold for every label still applies
+        if self.problem_type not in (None, MULTI_LABEL):
+            stale |= {"pos_weight", "decision_threshold"} | MULTI_LABEL_LOSSES.every_option()
+        return sorted(name for name in stale - explicit if getattr(self, name, None) is not None)
+
+    def _fill_from_tokenizer(self, tokenizer_source: str) -> None:
+        pooler = POOLINGS.lookup(self.pooling)
+        current = {name: getattr(self, name) for name in pooler.every_option()}
+        current.update(num_labels=self.num_labels, id2label=self.id2label)
+        try:
+            wanted = pooler.tokenizer_settings(current, lambda: _checkpoint_tokenizer(tokenizer_source))
+        except ValueError:
+            return  # the checks below name what is missing, and the ways to give it
+        for name, value in wanted.items():
+            setattr(self, name, value)
+
+    # -- loading and saving ---------------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        # from_dict reads the checkpoint's tokenizer when a change drops what only a tokenizer knows.
+        kwargs.setdefault("name_or_path", str(pretrained_model_name_or_path))
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        """The saved config, with the load-time keywords (``from_pretrained(folder, pooling=..., num_labels=...)``)
+        applied and validated together: transformers sets them one by one after building the config, so each is
+        checked here, once all are in."""
+        explicit = {key for key in kwargs if key in WATCHED}
+        token = _LOADING.set(True)
+        try:
+            loaded = super().from_dict(config_dict, **kwargs)
+        finally:
+            _LOADING.reset(token)
+        config = loaded[0] if isinstance(loaded, tuple) else loaded
+        saved_labels = config_dict.get("id2label")
+        config._start_tracking(
+            len(saved_labels) if saved_labels else config_dict.get("num_labels", config.num_labels)
+        )
+        name_or_path = config.name_or_path
+        config._revalidate(explicit, tokenizer_source=name_or_path if explicit and name_or_path else None)
+        return loaded
+
+    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
+        self.ensure_valid()  # never save settings that would not load back
+        return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
+
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()
+        output.pop("_tracking", None)
         # Where the backbone was loaded from is a local detail (often a path on this machine), like the
         # top-level _name_or_path that transformers also leaves out of config.json.
         if isinstance(output.get("backbone_config"), dict):
@@ -236,6 +381,15 @@ class PooledConfig(PreTrainedConfig):
         _check_per_label_numbers(
             "decision_threshold", self.decision_threshold, self.num_labels, low=0, high=1, allow_single=True
         )
+
+
+# The settings whose change calls for validation again: PooledConfig's own, and the label space.
+WATCHED = frozenset(
+    {field.name for field in dataclasses.fields(PooledConfig)}
+    - {field.name for field in dataclasses.fields(PreTrainedConfig)}
+    - {"backbone_config"}
+    | {"num_labels", "id2label", "problem_type"}
+)
 
 
 def _check_per_label_numbers(

@@ -110,7 +110,8 @@ class _FromTokenIds(LabelTokenInit):
             raise ValueError(
                 f"label_token_init={config.label_token_init!r} needs label_token_init_ids (the token ids each label "
                 "starts from): build the model with from_backbone(), which reads them with the backbone's "
-                "tokenizer, pass them, or choose label_token_init='vocab_mean' or 'random'."
+                "tokenizer (from_pretrained reads them from the tokenizer saved with the model), pass them, or "
+                "choose label_token_init='vocab_mean' or 'random'."
             )
         if not (isinstance(ids, list) and len(ids) == num_labels):
             raise ValueError(

@@ -36,6 +36,8 @@ from .pooling import POOLINGS, Pooler, build_pooler
 from .problem_types import infer_problem_type
 from .targets import as_label_tensor, check_labels
 
+# The settings that choose a model's modules; the others are settings of the chosen ones.
+CHOSEN = ("pooling", "classifier_head", "num_labels")
 # Modules that initialise their own plain parameters with init_parameters(config, input_embeddings).
 INITIALISED_BY_THEMSELVES = (Pooler, LabelEmbeddings, LabelTokenHead)
 
@@ -65,6 +67,10 @@ class PooledPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     # Checkpoint keys of earlier layouts -> this class's (regex -> replacement, applied in order when loading).
     _legacy_key_mapping: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, config: PooledConfig, *inputs, **kwargs):
+        config.ensure_valid()  # a config edited by attribute is validated before modules are built from it
+        super().__init__(config, *inputs, **kwargs)
 
     def _set_backbone(self, config: PooledConfig, backbone: PreTrainedModel | None) -> None:
         if backbone is None:
@@ -109,6 +115,27 @@ class PooledPreTrainedModel(PreTrainedModel):
         # themselves; the default init only knows Linear, Embedding, LayerNorm...
         if isinstance(module, INITIALISED_BY_THEMSELVES):
             module.init_parameters(self.config, self.get_input_embeddings())
+
+    def _check_config_still_fits(self) -> None:
+        """After ``model.config`` was edited: settings read at run time (the loss, thresholds, problem type) take
+        effect; a change the built modules cannot follow (pooling, head, label count) is refused, with the way to
+        make it."""
+        self.config.ensure_valid()
+        built, now = self._built_structure, self.config.structure()
+        # The choices first (pooling, head, labels): their settings follow from them.
+        changed = sorted(
+            (name for name in now if now[name] != built.get(name)), key=lambda name: name not in CHOSEN
+        )
+        if changed:
+            settings = ", ".join(f"{name}={now[name]!r} (built with {built.get(name)!r})" for name in changed)
+            raise ValueError(
+                f"model.config was changed after the model was built: {settings}. A built model keeps its modules; "
+                f"load it again with the new settings instead, e.g. {type(self).__name__}.from_pretrained(folder, "
+                f"{changed[0]}=...) (with ignore_mismatched_sizes=True for a new number of labels)."
+            )
+
+    def _remember_structure(self) -> None:
+        self._built_structure = self.config.structure()
 
     # -- running the backbone -------------------------------------------------------------------------------
 
@@ -164,6 +191,7 @@ class PooledPreTrainedModel(PreTrainedModel):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         reference = input_ids if input_ids is not None else inputs_embeds
         if not torch.compiler.is_compiling():  # data-dependent checks stay off compiled and exported graphs
+            self._check_config_still_fits()
             check_inputs(input_ids, attention_mask, reference, self.get_input_embeddings())
         if attention_mask is None:
             if input_ids is not None:
@@ -260,6 +288,7 @@ class PooledPreTrainedModel(PreTrainedModel):
         return model.to(backbone.dtype)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
+        self._check_config_still_fits()  # never save a config its weights do not match
         self.config.auto_map = dict(AUTO_MAP)
         return super().save_pretrained(save_directory, *args, **kwargs)
 
@@ -304,6 +333,7 @@ class PooledModel(PooledPreTrainedModel):
         self._set_backbone(config, backbone)
         self.pooler = build_pooler(config)
         self.pooler.check_backbone(self.backbone, self.position_budget)
+        self._remember_structure()
         self.post_init()
 
     @can_return_tuple
@@ -370,6 +400,7 @@ class PooledForSequenceClassification(PooledPreTrainedModel):
         self._set_backbone(config, backbone)
         self.classifier = PooledClassifier(config)
         self.classifier.pooler.check_backbone(self.backbone, self.position_budget)
+        self._remember_structure()
         self.post_init()
 
     @property

@@ -1,0 +1,230 @@
+"""Every way Transformers lets a user change a saved model leaves it valid or raises a clear ValueError at once:
+load-time keywords (from_pretrained(folder, pooling=..., num_labels=...)), re-heading with ignore_mismatched_sizes,
+and attribute edits (config.pooling = ...). Each change is followed by a save and a reload that gives the same
+logits: no checkpoint that saves but does not load back."""
+
+import pytest
+import torch
+from helpers import random_batch
+
+from pooled_models import POOLINGS, PooledConfig, PooledForSequenceClassification
+from pooled_models.modeling.configuration_pooled import CHOICES
+
+LABELS = {0: "sport", 1: "food", 2: "music"}
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_backbone_path, minilm_tokenizer, tmp_path_factory):
+    """folder(pooling, **settings): a classifier built from the tiny backbone and saved with its tokenizer."""
+    folders = {}
+
+    def folder(pooling: str, **settings) -> str:
+        key = repr((pooling, sorted(settings.items())))
+        if key not in folders:
+            torch.manual_seed(0)
+            model = PooledForSequenceClassification.from_backbone(
+                tiny_backbone_path, pooling=pooling, id2label=settings.pop("id2label", LABELS), **settings
+            )
+            path = tmp_path_factory.mktemp(pooling)
+            model.save_pretrained(path)
+            minilm_tokenizer.save_pretrained(path)
+            folders[key] = str(path)
+        return folders[key]
+
+    return folder
+
+
+def only_settings_that_apply(config: PooledConfig) -> None:
+    """Every setting the config holds is one its pooling, head and loss read (nothing stale was kept)."""
+    every = {name for registry in CHOICES for name in registry.every_option()}
+    read = {
+        name
+        for registry in CHOICES
+        for name in registry.lookup(getattr(config, registry.setting)).options_for(config)
+    }
+    stale = sorted(name for name in every - read if getattr(config, name) is not None)
+    assert stale == [], stale
+
+
+def round_trip(model, tmp_path, batch, labels=None) -> None:
+    """The model runs (with a finite loss when labels are given), saves, and reloads to the same logits."""
+    model.eval()
+    with torch.no_grad():
+        output = model(**batch, labels=labels)
+    if labels is not None:
+        assert torch.isfinite(output.loss)
+    model.save_pretrained(tmp_path / "again")
+    reloaded = PooledForSequenceClassification.from_pretrained(tmp_path / "again").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, output.logits)
+    only_settings_that_apply(reloaded.config)
+
+
+def pooling_pairs(sources):
+    return [(source, target) for source in sources for target in sorted(POOLINGS) if target != source]
+
+
+@pytest.mark.parametrize("source, target", pooling_pairs(["mean", "label_tokens"]))
+def test_a_saved_model_loads_with_another_pooling(saved, tmp_path, source, target):
+    # A pooling of another width gives the head another input size: re-heading, as transformers does it.
+    model = PooledForSequenceClassification.from_pretrained(
+        saved(source), pooling=target, ignore_mismatched_sizes=True
+    )
+    assert model.config.pooling == target and model.pooler.name == target
+    only_settings_that_apply(model.config)
+    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source, target", pooling_pairs(sorted(set(POOLINGS) - {"mean", "label_tokens"})))
+def test_every_pooling_loads_as_every_other(saved, tmp_path, source, target):
+    model = PooledForSequenceClassification.from_pretrained(
+        saved(source), pooling=target, ignore_mismatched_sizes=True
+    )
+    only_settings_that_apply(model.config)
+    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+
+
+def test_settings_given_with_the_new_pooling_are_kept_and_checked(saved):
+    model = PooledForSequenceClassification.from_pretrained(
+        saved("mean"), pooling="attention", attention_heads=2, ignore_mismatched_sizes=True
+    )
+    assert model.config.attention_heads == 2 and model.pooler.output_dim == 2 * model.config.hidden_size
+    with pytest.raises(
+        ValueError, match=r"attention_heads=2 does not apply to pooling='mean'; it is a setting of"
+    ):
+        PooledForSequenceClassification.from_pretrained(saved("mean"), attention_heads=2)
+    with pytest.raises(ValueError, match=r"Unknown pooling 'average'\. Valid choices: attention, cls"):
+        PooledForSequenceClassification.from_pretrained(saved("mean"), pooling="average")
+
+
+@pytest.mark.parametrize("new_count", [5, 2])
+def test_label_tokens_follow_a_new_number_of_labels(saved, tmp_path, new_count):
+    names = {
+        index: name for index, name in enumerate(["sport", "food", "music", "travel", "money"][:new_count])
+    }
+    model, info = PooledForSequenceClassification.from_pretrained(
+        saved("label_tokens"), id2label=names, ignore_mismatched_sizes=True, output_loading_info=True
+    )
+    config = model.config
+    assert config.num_labels == new_count and len(config.label_token_init_ids) == new_count
+    # All labels in one pass: a text is encoded once, not once per group of the old size.
+    assert config.label_tokens_per_pass == new_count and model.pooler.num_passes == 1
+    assert any("label_embeddings" in key for key, *_ in info["mismatched_keys"])
+    # New labels start from their names' tokens, read with the tokenizer saved in the folder.
+    table = model.get_input_embeddings().weight
+    travel_ids = config.label_token_init_ids[new_count - 1]
+    expected = table[torch.tensor(travel_ids)].mean(0)
+    torch.testing.assert_close(model.pooler.label_embeddings.weight[new_count - 1], expected)
+    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, new_count - 1]))
+
+
+def test_per_label_settings_are_dropped_when_the_labels_change(saved, tmp_path):
+    folder = saved(
+        "mean",
+        problem_type="multi_label_classification",
+        pos_weight=[1.0, 2.0, 3.0],
+        decision_threshold=[0.3, 0.4, 0.5],
+    )
+    kept = PooledForSequenceClassification.from_pretrained(folder)
+    assert kept.config.pos_weight == [1.0, 2.0, 3.0] and kept.config.decision_threshold == [0.3, 0.4, 0.5]
+    model = PooledForSequenceClassification.from_pretrained(
+        folder, num_labels=4, ignore_mismatched_sizes=True
+    )
+    assert (model.config.pos_weight, model.config.decision_threshold) == (None, None)
+    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([[1.0, 0, 0, 1], [0, 1, 0, 0]]))
+    one_threshold = saved("mean", problem_type="multi_label_classification", decision_threshold=0.3)
+    again = PooledForSequenceClassification.from_pretrained(
+        one_threshold, num_labels=4, ignore_mismatched_sizes=True
+    )
+    assert again.config.decision_threshold == 0.3  # one threshold for every label still fits
+
+
+@pytest.mark.parametrize(
+    "loss, filled",
+    [
+        ("bce", {}),
+        ("focal", {"focal_gamma": 2.0}),
+        ("asymmetric", {"asymmetric_gamma_neg": 4.0, "asymmetric_clip": 0.05}),
+    ],
+)
+def test_each_multi_label_loss_at_load_time(saved, tmp_path, loss, filled):
+    folder = saved("mean", problem_type="multi_label_classification", multi_label_loss="asymmetric")
+    model = PooledForSequenceClassification.from_pretrained(folder, multi_label_loss=loss)
+    assert model.config.multi_label_loss == loss
+    assert {name: getattr(model.config, name) for name in filled} == filled
+    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([[1.0, 0, 1], [0, 1, 0]]))
+
+
+def test_a_new_problem_type_drops_the_multi_label_settings(saved, tmp_path):
+    folder = saved(
+        "mean",
+        problem_type="multi_label_classification",
+        multi_label_loss="focal",
+        decision_threshold=[0.3, 0.4, 0.5],
+    )
+    model = PooledForSequenceClassification.from_pretrained(
+        folder, problem_type="single_label_classification"
+    )
+    config = model.config
+    assert (config.multi_label_loss, config.focal_gamma, config.decision_threshold) == ("bce", None, None)
+    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Attribute edits
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_an_edited_config_builds_saves_and_reloads(saved, tmp_path):
+    config = PooledConfig.from_pretrained(saved("attention"))
+    config.pooling = "weighted_layer"
+    config.layer_token_pooling = "mean"
+    assert config.has_pending_changes
+    model = PooledForSequenceClassification(config)  # validated before its modules are built
+    assert (config.attention_heads, config.layer_start, config.layer_token_pooling) == (None, 1, "mean")
+    round_trip(model, tmp_path, random_batch([5, 9]))
+    config.save_pretrained(tmp_path / "config_only")
+    assert PooledConfig.from_pretrained(tmp_path / "config_only").pooling == "weighted_layer"
+
+
+def test_an_unknown_choice_is_refused_at_once():
+    config = PooledConfig(
+        backbone_config={
+            "model_type": "bert",
+            "hidden_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 37,
+        }
+    )
+    for name, value in (
+        ("pooling", "average"),
+        ("classifier_head", "mlp"),
+        ("multi_label_loss", "hinge"),
+        ("label_token_init", "zeros"),
+    ):
+        with pytest.raises(ValueError, match=rf"Unknown {name} {value!r}\. Valid choices:"):
+            setattr(config, name, value)
+        assert getattr(config, name) != value
+
+
+def test_a_live_model_follows_run_time_settings_and_refuses_structural_ones(saved, tmp_path):
+    model = PooledForSequenceClassification.from_pretrained(
+        saved("mean", problem_type="multi_label_classification")
+    )
+    batch, labels = random_batch([5, 9]), torch.tensor([[1.0, 0, 1], [0, 1, 0]])
+    bce = model(**batch, labels=labels).loss
+    model.config.multi_label_loss = "focal"  # read when the loss is computed: takes effect
+    focal = model(**batch, labels=labels).loss
+    assert model.config.focal_gamma == 2.0 and not torch.allclose(bce, focal)
+    round_trip(model, tmp_path, batch, labels=labels)
+
+    model.config.pooling = "attention"  # the model keeps its mean pooler: refused, with the way to do it
+    with pytest.raises(
+        ValueError, match=r"pooling='attention' \(built with 'mean'\).*from_pretrained\(folder, pooling"
+    ):
+        model(**batch)
+    with pytest.raises(ValueError, match="model.config was changed after the model was built"):
+        model.save_pretrained(tmp_path / "mismatched")
+    assert not (tmp_path / "mismatched").exists()

@@ -102,8 +102,12 @@ TINY_BACKBONES = {
 }
 
 
-def tiny_backbone_config(name: str = "bert"):
-    return TINY_BACKBONES[name][0]()
+def tiny_backbone_config(name: str = "bert", **changes):
+    """A tiny random config of the ``name`` family, with ``changes`` (hidden_size, max_position_embeddings...)."""
+    config = TINY_BACKBONES[name][0]()
+    for key, value in changes.items():
+        setattr(config, key, value)
+    return config
 
 
 def tiny_model(pooling: str = "mean", backbone: str = "bert", model_class=None, seed: int = 0, **settings):

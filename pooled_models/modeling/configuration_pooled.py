@@ -327,6 +327,11 @@ class PooledConfig(PreTrainedConfig):
             output["backbone_config"].pop("_name_or_path", None)
         return output
 
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """The backbone's config: the one that holds the text settings (``vocab_size``...), which transformers reads
+        and writes through this method (``resize_token_embeddings`` sets ``vocab_size`` on it)."""
+        return self.backbone_config.get_text_config(decoder=decoder, encoder=encoder)
+
     @property
     def hidden_size(self) -> int:
         """The backbone's hidden size (read by Trainer/DeepSpeed helpers that expect it on the config)."""

@@ -75,16 +75,17 @@ class LayerPooler(Pooler):
         super().__init__()
         self.layer_indices = selected_layers(config)
         last = _num_hidden_states(config) - 1
-        self.needs_all_hidden_states = self.layer_indices != [last]
+        # Only the layers it combines are asked of the backbone (all of them, or the last ones).
+        self.hidden_states_read = None if self.layer_indices == [last] else list(self.layer_indices)
         self.token_pooler = POOLINGS[config.layer_token_pooling](config)
 
     def select(self, hidden_states, all_hidden_states) -> list[torch.Tensor]:
-        if not self.needs_all_hidden_states:
+        if self.hidden_states_read is None:
             return [hidden_states]
-        if all_hidden_states is None:
+        if all_hidden_states is None or any(all_hidden_states[i] is None for i in self.layer_indices):
             raise ValueError(
                 f"pooling={self.name!r} reads hidden states {self.layer_indices}: call the backbone with "
-                "output_hidden_states=True and pass them as all_hidden_states."
+                "output_hidden_states=True (or those indices) and pass them as all_hidden_states."
             )
         return [all_hidden_states[i] for i in self.layer_indices]
 

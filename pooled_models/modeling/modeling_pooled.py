@@ -22,19 +22,25 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoTokenizer, PreTrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput
+from transformers.utils import logging
 from transformers.utils.generic import can_return_tuple
 
 from .backbone import build_backbone, load_backbone, position_ids_from_mask, position_offset
-from .configuration_pooled import PooledConfig
+from .configuration_pooled import WATCHED, PooledConfig
 from .heads import HEADS, LabelTokenHead
 from .inputs import check_inputs
 from .label_tokens import LabelEmbeddings
 from .losses import classification_loss
-from .pooling import POOLINGS, Pooler, build_pooler
+from .pooling import POOLINGS, Pooler, build_pooler, hidden_states_for_caller
 from .problem_types import infer_problem_type
 from .targets import as_label_tensor, check_labels
+
+# Keywords of from_pretrained/from_backbone that are config settings, not the backbone's loading options.
+CONFIG_KEYWORDS = (WATCHED | {"label2id"}) - {"backbone_config"}
+HUB_KEYS = ("revision", "cache_dir", "token", "local_files_only", "subfolder", "force_download", "proxies")
+logger = logging.get_logger(__name__)
 
 # The settings that choose a model's modules; the others are settings of the chosen ones.
 CHOSEN = ("pooling", "classifier_head", "num_labels")
@@ -108,6 +114,18 @@ class PooledPreTrainedModel(PreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Module):
         self.backbone.set_input_embeddings(value)
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, *args, **kwargs):
+        """Transformers' resize, on the backbone (its config's ``vocab_size`` follows); refused, before anything is
+        resized, when label tokens start from token ids the smaller vocabulary would not have."""
+        ids = getattr(self.config, "label_token_init_ids", None) or []
+        highest = max((token for label in ids for token in label), default=-1)
+        if new_num_tokens is not None and highest >= new_num_tokens:
+            raise ValueError(
+                f"resize_token_embeddings({new_num_tokens}) would drop token id {highest}, which label tokens start "
+                f"from (label_token_init_ids); keep at least {highest + 1} tokens."
+            )
+        return super().resize_token_embeddings(new_num_tokens, *args, **kwargs)
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -235,12 +253,49 @@ class PooledPreTrainedModel(PreTrainedModel):
                 "pooled_models loads weights from safetensors only; use_safetensors=False is refused."
             )
         kwargs["use_safetensors"] = True
+        if kwargs.get("config") is None and not model_args:
+            hub_kwargs = {key: kwargs[key] for key in HUB_KEYS if key in kwargs}
+            config_dict, _ = PreTrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
+            if config_dict.get("model_type") != PooledConfig.model_type:
+                return cls._from_plain_backbone(pretrained_model_name_or_path, kwargs)
         kwargs["key_mapping"] = {**cls._legacy_key_mapping, **(kwargs.get("key_mapping") or {})}
         loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
         # Transformers saves a model in the layout it was loaded from; a pooled model is saved in today's.
         model._weight_conversions = None
         return loaded
+
+    @classmethod
+    def _from_plain_backbone(cls, name_or_path, kwargs: dict[str, Any]):
+        """``from_pretrained`` on a checkpoint that is not a pooled one: the pooled model built around it, as
+        ``from_backbone`` builds it, with the pooling and head settings given as keywords."""
+        settings = {key: kwargs.pop(key) for key in list(kwargs) if key in CONFIG_KEYWORDS}
+        output_loading_info = kwargs.pop("output_loading_info", False)
+        for ignored in ("use_safetensors", "key_mapping", "ignore_mismatched_sizes"):
+            kwargs.pop(
+                ignored, None
+            )  # safetensors is what load_backbone reads anyway; there is nothing to re-head
+        model = cls.from_backbone(
+            name_or_path, pooling=settings.pop("pooling", "mean"), backbone_kwargs=kwargs, **settings
+        )
+        new = [name for name, _ in model.named_parameters() if not name.startswith("backbone.")]
+        (logger.warning if new else logger.info)(
+            "%s is not a pooled checkpoint: built %s around it (pooling=%r). Some weights of the model were not "
+            "initialized from the checkpoint and are newly initialized: %s\nYou should probably TRAIN this model on "
+            "a down-stream task to be able to use it for predictions and inference.",
+            name_or_path,
+            cls.__name__,
+            model.config.pooling,
+            new,
+        )
+        if output_loading_info:
+            return model, {
+                "missing_keys": new,
+                "unexpected_keys": [],
+                "mismatched_keys": [],
+                "error_msgs": [],
+            }
+        return model
 
     @classmethod
     def from_backbone(
@@ -270,8 +325,7 @@ class PooledPreTrainedModel(PreTrainedModel):
                 "from_backbone does not take trust_remote_code: pooled_models only builds backbones whose code "
                 "ships with transformers."
             )
-        hub_keys = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
-        hub_kwargs = {key: backbone_kwargs[key] for key in hub_keys if key in backbone_kwargs}
+        hub_kwargs = {key: backbone_kwargs[key] for key in HUB_KEYS if key in backbone_kwargs}
         backbone_config = AutoConfig.from_pretrained(
             backbone_name_or_path, trust_remote_code=False, **hub_kwargs
         )
@@ -362,7 +416,7 @@ class PooledModel(PooledPreTrainedModel):
         return BaseModelOutputWithPooling(
             last_hidden_state=outputs.last_hidden_state,
             pooler_output=pooled,
-            hidden_states=outputs.hidden_states if output_hidden_states else None,
+            hidden_states=hidden_states_for_caller(outputs.hidden_states, output_hidden_states),
             attentions=getattr(outputs, "attentions", None),
         )
 
@@ -442,7 +496,7 @@ class PooledForSequenceClassification(PooledPreTrainedModel):
         return SequenceClassifierOutput(
             loss=loss,
             logits=logits,
-            hidden_states=outputs.hidden_states if output_hidden_states else None,
+            hidden_states=hidden_states_for_caller(outputs.hidden_states, output_hidden_states),
             attentions=getattr(outputs, "attentions", None),
         )
 

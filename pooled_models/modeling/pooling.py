@@ -7,7 +7,7 @@ Every strategy is a small ``nn.Module`` registered by name with ``@POOLINGS.regi
 * reads its settings from a :class:`~.configuration_pooled.PooledConfig` (``config_options`` lists
   the settings it reads and their defaults, so the config can reject settings that do not apply);
 * reports ``output_dim`` so the head sizes itself;
-* says whether it needs every layer's hidden states (``needs_all_hidden_states``), so the backbone
+* says which layers' hidden states it reads besides the last (``hidden_states_read``), so the backbone
   is asked for them only when they are used;
 * never writes into the tensors it is given: masks are applied with ``masked_fill`` on new tensors.
 
@@ -31,6 +31,8 @@ from transformers import initialization as init
 from .registry import POOLINGS, Component
 
 __all__ = [
+    "hidden_states_request",
+    "hidden_states_for_caller",
     "POOLINGS",
     "POOLERS",
     "Pooler",
@@ -65,7 +67,8 @@ class Pooler(nn.Module, Component):
 
     head_class: ClassVar[type[nn.Module] | None] = None
     output_dim: int
-    needs_all_hidden_states: bool = False
+    # Indices into the backbone's hidden_states (0 = embeddings) the pooler reads; None: the last layer only.
+    hidden_states_read: list[int] | None = None
     # Tokens the pooler adds to every input (label tokens), which the text's length limit must leave room for.
     added_tokens: int = 0
 
@@ -84,9 +87,8 @@ class Pooler(nn.Module, Component):
 
     def encode(self, encoder, inputs: dict[str, Any], output_hidden_states: bool):
         """Run the backbone through ``encoder.run_backbone(**inputs)`` and pool: ``(backbone outputs, pooled)``."""
-        outputs = encoder.run_backbone(
-            **inputs, output_hidden_states=output_hidden_states or self.needs_all_hidden_states
-        )
+        request = hidden_states_request(output_hidden_states, self.hidden_states_read)
+        outputs = encoder.run_backbone(**inputs, output_hidden_states=request)
         return outputs, self(outputs.last_hidden_state, inputs["attention_mask"], outputs.hidden_states)
 
     def forward(
@@ -98,9 +100,39 @@ class Pooler(nn.Module, Component):
         """``hidden_states [B, T, H]`` (last layer), ``attention_mask [B, T]`` (1 = real token) -> ``[B, output_dim]``.
 
         ``all_hidden_states`` (embeddings output first, last layer last) is only read by poolers with
-        ``needs_all_hidden_states``.
+        ``hidden_states_read``.
         """
         raise NotImplementedError
+
+
+def hidden_states_request(caller: bool | int | list[int] | None, read: list[int] | None):
+    """What to ask the backbone for: the hidden states the caller asked for (``True``, or a selection: an index or
+    a list of them, as transformers 5 takes), and those the pooler reads. A selection keeps the other layers'
+    states from being kept at all."""
+    if read is None or caller is True:
+        return caller
+    if caller is None or caller is False:
+        return list(read)
+    selected = [caller] if isinstance(caller, int) else list(caller)
+    return (
+        sorted(set(selected) | set(read), key=selected.__contains__, reverse=True) if selected else list(read)
+    )
+
+
+def hidden_states_for_caller(hidden_states, caller: bool | int | list[int] | None):
+    """The backbone's hidden states as the caller asked for them: all, none, or its selection (other entries
+    None, as transformers returns a selection), whatever the pooler also read."""
+    if not caller or hidden_states is None:
+        return None
+    if caller is True:
+        return hidden_states
+    count = len(hidden_states)
+    selected = {
+        index % count
+        for index in ([caller] if isinstance(caller, int) else caller)
+        if -count <= index < count
+    }
+    return tuple(state if index in selected else None for index, state in enumerate(hidden_states))
 
 
 def hidden_size_of(config: PreTrainedConfig) -> int:
@@ -138,9 +170,21 @@ def last_token_index(mask: torch.Tensor) -> torch.Tensor:
     return mask.shape[1] - 1 - mask.int().flip(1).argmax(dim=1)
 
 
-def gather_tokens(hidden_states: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def gather_tokens(hidden_states: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The state at ``index`` of each row; zeros for a row without real tokens, as every other pooling gives."""
     rows = torch.arange(hidden_states.shape[0], device=hidden_states.device)
-    return hidden_states[rows, index]
+    return hidden_states[rows, index].masked_fill(~mask.any(dim=1, keepdim=True), 0.0)
+
+
+def masked_sum(
+    hidden_states: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The (weighted) sum of the real tokens' states, accumulated in float32: in fp16, 512 tokens of 300 already
+    sum past its largest number (65504)."""
+    values = zero_padding(
+        hidden_states, mask
+    ).float()  # masked_fill first: 0 * nan in a padding position is nan
+    return (values if weights is None else values * weights.unsqueeze(-1)).sum(dim=1)
 
 
 def zero_padding(hidden_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -185,12 +229,11 @@ class TokenPooler(Pooler):
 
 
 def reduce_cls(hidden_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return gather_tokens(hidden_states, first_token_index(mask))
+    return gather_tokens(hidden_states, first_token_index(mask), mask)
 
 
 def reduce_mean(hidden_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    summed = zero_padding(hidden_states, mask).sum(dim=1)
-    return summed / token_counts(mask, summed.dtype)
+    return (masked_sum(hidden_states, mask) / token_counts(mask, torch.float32)).to(hidden_states.dtype)
 
 
 def reduce_max(hidden_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -210,7 +253,7 @@ class LastTokenPooler(TokenPooler):
     """The last real token: the one that has seen the whole text in a decoder (GPT-2, Llama, ...)."""
 
     def reduce(self, hidden_states, mask):
-        return gather_tokens(hidden_states, last_token_index(mask))
+        return gather_tokens(hidden_states, last_token_index(mask), mask)
 
 
 @POOLINGS.register("mean")
@@ -267,8 +310,8 @@ class MeanSqrtLenPooler(TokenPooler):
     """Sum of the real tokens divided by sqrt(length): keeps some of the length signal a mean removes."""
 
     def reduce(self, hidden_states, mask):
-        summed = zero_padding(hidden_states, mask).sum(dim=1)
-        return summed / token_counts(mask, summed.dtype).sqrt()
+        summed = masked_sum(hidden_states, mask)
+        return (summed / token_counts(mask, torch.float32).sqrt()).to(hidden_states.dtype)
 
 
 @POOLINGS.register("weighted_mean")
@@ -279,9 +322,10 @@ class WeightedMeanPooler(TokenPooler):
     """
 
     def reduce(self, hidden_states, mask):
-        weights = (mask.cumsum(dim=1) * mask).to(hidden_states.dtype).unsqueeze(-1)
-        summed = (zero_padding(hidden_states, mask) * weights).sum(dim=1)
-        return summed / weights.sum(dim=1).clamp(min=1)
+        # float32: past ~360 tokens the weights alone sum beyond fp16's largest number.
+        weights = (mask.cumsum(dim=1) * mask).float()
+        summed = masked_sum(hidden_states, mask, weights)
+        return (summed / weights.sum(dim=1, keepdim=True).clamp(min=1)).to(hidden_states.dtype)
 
 
 @POOLINGS.register("gem")
@@ -346,6 +390,7 @@ class AttentionPooler(TokenPooler):
     def reduce(self, hidden_states, mask):
         scores = self.scorer(hidden_states)  # [B, T, heads]
         scores = scores.float().masked_fill(~mask.unsqueeze(-1), torch.finfo(torch.float32).min)
-        weights = scores.softmax(dim=1).to(hidden_states.dtype)
-        pooled = torch.einsum("bth,btd->bhd", weights, hidden_states)
+        weights = scores.softmax(dim=1)
+        values = zero_padding(hidden_states, mask).float()  # float32: no fp16 overflow; masked: no 0 * nan
+        pooled = torch.einsum("bth,btd->bhd", weights, values).to(hidden_states.dtype)
         return pooled.reshape(hidden_states.shape[0], self.output_dim)

@@ -228,3 +228,60 @@ def test_a_live_model_follows_run_time_settings_and_refuses_structural_ones(save
     with pytest.raises(ValueError, match="model.config was changed after the model was built"):
         model.save_pretrained(tmp_path / "mismatched")
     assert not (tmp_path / "mismatched").exists()
+
+
+# ----------------------------------------------------------------------------------------------------
+# resize_token_embeddings, and from_pretrained on a checkpoint that is not a pooled one
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pooling", ["mean", "label_tokens"])
+@pytest.mark.parametrize("new_size", [130, 110])
+def test_resizing_the_vocabulary_keeps_both_configs_consistent_and_reloads_exactly(
+    saved, tmp_path, pooling, new_size
+):
+    settings = {"label_token_init": "random"} if pooling == "label_tokens" else {}
+    model = PooledForSequenceClassification.from_pretrained(saved(pooling, **settings))
+    labels_before = model.pooler.label_embeddings.weight.clone() if pooling == "label_tokens" else None
+    model.resize_token_embeddings(new_size)
+    assert model.config.backbone_config.vocab_size == new_size == model.backbone.config.vocab_size
+    assert "vocab_size" not in model.config.to_dict()  # written on the backbone's config, not beside it
+    if labels_before is not None:
+        assert torch.equal(model.pooler.label_embeddings.weight, labels_before)
+    batch = random_batch([5, 9])
+    batch["input_ids"][0, 1] = new_size - 1  # a token only the new table has (or the last of the smaller one)
+    model.save_pretrained(tmp_path / "resized")
+    reloaded, info = PooledForSequenceClassification.from_pretrained(
+        tmp_path / "resized", output_loading_info=True
+    )
+    assert not any(info.values()), info
+    with torch.no_grad():
+        assert torch.equal(reloaded.eval()(**batch).logits, model.eval()(**batch).logits)
+
+
+def test_resizing_below_the_label_tokens_starting_ids_is_refused_before_resizing(saved):
+    model = PooledForSequenceClassification.from_pretrained(saved("label_tokens"))
+    highest = max(token for label in model.config.label_token_init_ids for token in label)
+    with pytest.raises(ValueError, match=rf"would drop token id {highest}, which label tokens start from"):
+        model.resize_token_embeddings(highest)
+    assert model.get_input_embeddings().num_embeddings == model.config.backbone_config.vocab_size
+
+
+def test_from_pretrained_on_a_plain_backbone_builds_the_pooled_model_around_it(tiny_backbone_path, caplog):
+    model, info = PooledForSequenceClassification.from_pretrained(
+        tiny_backbone_path,
+        pooling="attention",
+        id2label=LABELS,
+        classifier_head="dense",
+        output_loading_info=True,
+    )
+    assert (model.config.pooling, model.config.classifier_head, model.num_labels) == ("attention", "dense", 3)
+    assert info["missing_keys"] == [
+        name for name, _ in model.named_parameters() if name.startswith("classifier.")
+    ]
+    assert "is not a pooled checkpoint" in caplog.text and "newly initialized" in caplog.text
+    reference = PooledForSequenceClassification.from_backbone(
+        tiny_backbone_path, pooling="attention", id2label=LABELS, classifier_head="dense"
+    )
+    for name, tensor in reference.backbone.state_dict().items():
+        assert torch.equal(model.backbone.state_dict()[name], tensor), name  # the pretrained weights, loaded

@@ -5,7 +5,7 @@ import torch
 from helpers import HIDDEN_STATE_POOLERS, random_batch, repad, tiny_model
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from pooled_models import PooledForSequenceClassification, PooledModel
+from pooled_models import POOLERS, PooledForSequenceClassification, PooledModel
 
 
 @pytest.mark.parametrize("pooling", HIDDEN_STATE_POOLERS)
@@ -258,3 +258,42 @@ def test_a_failed_label_check_does_not_fix_the_problem_type():
     assert model.config.problem_type is None
     assert model(**batch, labels=torch.tensor([0, 2])).loss is not None
     assert model.config.problem_type == "single_label_classification"
+
+
+# ----------------------------------------------------------------------------------------------------
+# A selection of hidden states (transformers 5: output_hidden_states=[0, 2])
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pooling", sorted(POOLERS))
+@pytest.mark.parametrize("selection", [[0, 2], 1, [-1]], ids=["0,2", "1", "-1"])
+def test_a_selection_of_hidden_states_works_with_every_pooling(pooling, selection):
+    settings = {"label_token_init": "random"} if pooling == "label_tokens" else {}
+    if pooling in ("concat_layers", "weighted_layer", "lstm"):
+        settings["layer_start"] = 0  # reads every layer, the embeddings included
+    model = tiny_model(pooling, **settings)
+    batch = random_batch([4, 7])
+    with torch.no_grad():
+        plain = model(**batch)
+        selected = model(**batch, output_hidden_states=selection)
+    torch.testing.assert_close(selected.logits, plain.logits)
+    assert plain.hidden_states is None
+    wanted = {index % 3 for index in ([selection] if isinstance(selection, int) else selection)}
+    assert [index for index, state in enumerate(selected.hidden_states) if state is not None] == sorted(
+        wanted
+    )
+
+
+def test_a_layer_pooling_asks_the_backbone_for_its_layers_only():
+    model = tiny_model("concat_layers", layer_start=-1)  # the last layer: no hidden states needed
+    seen = []
+    model.backbone.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["output_hidden_states"]), with_kwargs=True
+    )
+    model(**random_batch([4, 7]))
+    model = tiny_model("weighted_layer", layer_start=1)
+    model.backbone.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["output_hidden_states"]), with_kwargs=True
+    )
+    model(**random_batch([4, 7]), output_hidden_states=[0])
+    assert seen == [False, [0, 1, 2]]  # no hidden states at all; the weighted layers and the selected one

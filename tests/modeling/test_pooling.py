@@ -244,9 +244,9 @@ def test_concat_of_mean_of_last_four_layers():
 
 
 def test_layer_strategy_on_last_layer_only_does_not_need_all_hidden_states():
-    assert not make_pooler("concat_layers", layer_start=-1).needs_all_hidden_states
-    assert make_pooler("concat_layers", layer_start=-2).needs_all_hidden_states
-    assert not make_pooler("mean").needs_all_hidden_states
+    assert make_pooler("concat_layers", layer_start=-1).hidden_states_read is None
+    assert make_pooler("concat_layers", layer_start=-2).hidden_states_read == [NUM_LAYERS - 1, NUM_LAYERS]
+    assert make_pooler("mean").hidden_states_read is None
     with pytest.raises(ValueError, match="output_hidden_states=True"):
         make_pooler("weighted_layer")(torch.randn(1, 3, HIDDEN), torch.ones(1, 3))
 

@@ -2,12 +2,14 @@
 
 Importing the package registers ``PooledConfig`` (model_type ``"pooled"``) and the ``Pooled*`` models
 with ``AutoConfig``, ``AutoModel`` and ``AutoModelForSequenceClassification``, so pooled checkpoints load
-with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``. It imports the model room only: the
+with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``. It imports the model room only (and
+``export_onnx``, which imports onnx when called): the
 CLI (``pooled_models.train``) and the sweep (``pooled_models.sweep``) need their extras and are imported on use.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
+from .export import export_onnx
 from .modeling.configuration_pooled import PooledConfig
 from .modeling.heads import Head, register_head
 from .modeling.label_tokens import LabelTokenInit
@@ -39,6 +41,7 @@ __all__ = [
     "register_head",
     "register_multi_label_loss",
     "get_pooler_class",
+    "export_onnx",
 ]
 
 AutoConfig.register(PooledConfig.model_type, PooledConfig, exist_ok=True)

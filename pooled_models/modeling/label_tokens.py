@@ -310,25 +310,58 @@ class LabelTokenPooler(Pooler):
         if inputs.get("position_ids") is not None:
             raise ValueError("pooling='label_tokens' derives position ids itself; do not pass position_ids.")
         layout = _Layout.build(inputs["attention_mask"], self, encoder.position_budget)
-        extended = layout.extend_inputs(inputs, encoder.pad_token_id)
-        label_vectors = self.label_embeddings(layout.label_index.clamp(min=0))  # [B', T', H]
-        is_label = (layout.label_index >= 0).unsqueeze(-1)
-
-        def write_labels(word_embeddings: torch.Tensor) -> torch.Tensor:
-            return torch.where(is_label, label_vectors.to(word_embeddings.dtype), word_embeddings)
-
+        vocabulary = _word_embeddings(encoder.backbone).num_embeddings
+        extended = layout.extend_inputs(inputs, encoder.pad_token_id, vocabulary)
         if extended.get("inputs_embeds") is not None:
-            extended["inputs_embeds"] = write_labels(extended["inputs_embeds"])
-            outputs = encoder.run_backbone(**extended, output_hidden_states=output_hidden_states)
-        else:
-            hook = _word_embeddings(encoder.backbone).register_forward_hook(
-                lambda module, args, out: write_labels(out)
+            # Given embeddings: the label vectors are written into them here.
+            is_label = (layout.label_index >= 0).unsqueeze(-1)
+            label_vectors = self.label_embeddings(layout.label_index.clamp(min=0)).to(
+                extended["inputs_embeds"].dtype
             )
-            try:
-                outputs = encoder.run_backbone(**extended, output_hidden_states=output_hidden_states)
-            finally:
-                hook.remove()
+            extended["inputs_embeds"] = torch.where(is_label, label_vectors, extended["inputs_embeds"])
+        # Given ids: label slots hold marker ids, which the backbone's embedding module reads (LabelTokenInput).
+        outputs = encoder.run_backbone(**extended, output_hidden_states=output_hidden_states)
         return outputs, layout.read_labels(outputs.last_hidden_state)
+
+    def connect(self, model: nn.Module) -> None:
+        enable_label_token_input(_word_embeddings(model.backbone), model)
+
+
+class LabelTokenInput:
+    """Mixed into the backbone's own input embedding class (its weights and checkpoint keys stay as they are): an id
+    at or past the vocabulary size is a marker for label ``id - vocabulary``, and gets that label's learned vector
+    from the model's label-token pooler; the other ids are looked up as before.
+
+    The markers travel in ``input_ids`` through the backbone, so everything it does with the ids besides the lookup
+    (ESM's token dropout counts mask tokens, for one) sees ids, as for any input. Nothing is registered or changed
+    per call, so the forward pass compiles (``torch.compile(fullgraph=True)``) and exports. The vectors come from
+    ``model.pooler`` at each call: under PEFT that is the trained copy of the pooler.
+    """
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        vocabulary = self.num_embeddings
+        is_label = input_ids >= vocabulary
+        looked_up = super().forward(input_ids.masked_fill(is_label, 0))
+        owner = self.__dict__.get("_label_token_model")
+        if owner is None:
+            return looked_up
+        label_ids = (input_ids - vocabulary).clamp(min=0, max=owner.pooler.num_labels - 1)
+        labels = owner.pooler.label_embeddings(label_ids).to(looked_up.dtype)
+        return torch.where(is_label.unsqueeze(-1), labels, looked_up)
+
+
+_LABEL_TOKEN_CLASSES: dict[type, type] = {}
+
+
+def enable_label_token_input(embeddings: nn.Embedding, model: nn.Module) -> None:
+    """Make ``embeddings`` (the backbone's input embedding module) read label markers for ``model``."""
+    base = type(embeddings)
+    if not issubclass(base, LabelTokenInput):
+        if base not in _LABEL_TOKEN_CLASSES:
+            _LABEL_TOKEN_CLASSES[base] = type(f"LabelToken{base.__name__}", (LabelTokenInput, base), {})
+        embeddings.__class__ = _LABEL_TOKEN_CLASSES[base]
+    # A plain attribute, not a registered submodule: the model holds the backbone, not the other way round.
+    object.__setattr__(embeddings, "_label_token_model", model)
 
 
 def _word_embeddings(backbone: nn.Module) -> nn.Module:
@@ -336,7 +369,7 @@ def _word_embeddings(backbone: nn.Module) -> nn.Module:
         embeddings = backbone.get_input_embeddings()
     except (NotImplementedError, AttributeError):
         embeddings = None
-    if not isinstance(getattr(embeddings, "weight", None), torch.Tensor) or embeddings.weight.ndim != 2:
+    if not isinstance(embeddings, nn.Embedding):
         raise ValueError(
             f"pooling='label_tokens' writes label embeddings into the backbone's input embeddings, but "
             f"{type(backbone).__name__} does not take input embeddings (get_input_embeddings() gives "
@@ -378,7 +411,10 @@ class _Layout:
         text_slot = torch.where(is_last, (kept - 1).unsqueeze(1), rank)
         insert_at = kept if pooler.position == AFTER_THE_TEXT else kept.clamp(max=pooler.position)
         text_slot = text_slot + per_pass * (text_slot >= insert_at.unsqueeze(1))
-        width = int(kept.max()) + per_pass if batch else per_pass
+        # Compiled and exported graphs take a width known from the shapes (the text's room plus the label tokens);
+        # eager mode trims the padding no row needs.
+        longest = min(length, text_budget) if torch.compiler.is_compiling() or not batch else int(kept.max())
+        width = longest + per_pass
 
         # Scatter each kept token's original index to its slot; dropped tokens go to a spare last column.
         slot_or_spare = torch.where(keep_token, text_slot, torch.full_like(text_slot, width))
@@ -412,7 +448,7 @@ class _Layout:
         keep = self.keep if values.ndim == 2 else self.keep.unsqueeze(-1)
         return torch.where(keep, gathered, torch.as_tensor(fill, dtype=values.dtype, device=values.device))
 
-    def extend_inputs(self, inputs: dict[str, Any], pad_token_id: int) -> dict[str, Any]:
+    def extend_inputs(self, inputs: dict[str, Any], pad_token_id: int, vocabulary: int) -> dict[str, Any]:
         extended = {
             key: value
             for key, value in inputs.items()
@@ -421,10 +457,8 @@ class _Layout:
         extended["attention_mask"] = self.attention_mask
         if inputs.get("input_ids") is not None:
             ids = self._gather(inputs["input_ids"], pad_token_id)
-            # Label slots hold the text's first token id (not padding, which some backbones treat specially)
-            # until the embedding hook overwrites their vectors.
-            first_token = ids.gather(1, self.keep.int().argmax(dim=1, keepdim=True))
-            extended["input_ids"] = torch.where(self.label_index >= 0, first_token, ids)
+            # Label slots hold marker ids, vocabulary + label: ids no token has, which LabelTokenInput reads.
+            extended["input_ids"] = torch.where(self.label_index >= 0, self.label_index + vocabulary, ids)
         else:
             extended["inputs_embeds"] = self._gather(inputs["inputs_embeds"], 0.0)
         if inputs.get("token_type_ids") is not None:

@@ -114,6 +114,7 @@ class PooledPreTrainedModel(PreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Module):
         self.backbone.set_input_embeddings(value)
+        self.pooler.connect(self)  # new embeddings (resize_token_embeddings makes them): connected again
 
     def resize_token_embeddings(self, new_num_tokens: int | None = None, *args, **kwargs):
         """Transformers' resize, on the backbone (its config's ``vocab_size`` follows); refused, before anything is
@@ -387,6 +388,7 @@ class PooledModel(PooledPreTrainedModel):
         self._set_backbone(config, backbone)
         self.pooler = build_pooler(config)
         self.pooler.check_backbone(self.backbone, self.position_budget)
+        self.pooler.connect(self)
         self._remember_structure()
         self.post_init()
 
@@ -454,6 +456,7 @@ class PooledForSequenceClassification(PooledPreTrainedModel):
         self._set_backbone(config, backbone)
         self.classifier = PooledClassifier(config)
         self.classifier.pooler.check_backbone(self.backbone, self.position_budget)
+        self.classifier.pooler.connect(self)
         self._remember_structure()
         self.post_init()
 
@@ -491,7 +494,8 @@ class PooledForSequenceClassification(PooledPreTrainedModel):
             problem_type = self.config.problem_type or infer_problem_type(labels, self.num_labels)
             targets = check_labels(labels, problem_type, self.num_labels, logits.shape[0])
             # Set only once the labels passed: a bad first batch must not fix the problem type for good ones.
-            self.config.problem_type = problem_type
+            if self.config.problem_type != problem_type:
+                self.config.problem_type = problem_type
             loss = classification_loss(logits, targets.to(logits.device), self.config)
         return SequenceClassifierOutput(
             loss=loss,

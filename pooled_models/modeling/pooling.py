@@ -82,6 +82,10 @@ class Pooler(nn.Module, Component):
         """Config settings only the backbone's tokenizer knows (``from_backbone`` calls this); none by default."""
         return {}
 
+    def connect(self, model: nn.Module) -> None:
+        """Called by the model that holds the pooler once its modules are built (and when its input embeddings are
+        replaced): a pooler that edits the backbone's input hooks into it here. Nothing to do by default."""
+
     def check_backbone(self, backbone: nn.Module, position_budget: int | None) -> None:
         """Raise ``ValueError`` if this pooler cannot work with ``backbone``."""
 

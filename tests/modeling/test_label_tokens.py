@@ -99,7 +99,9 @@ class FakePooler:
 
 def extend(ids, mask, pooler, budget=None):
     layout = _Layout.build(mask, pooler, budget)
-    extended = layout.extend_inputs({"input_ids": ids, "attention_mask": mask}, pad_token_id=0)
+    extended = layout.extend_inputs(
+        {"input_ids": ids, "attention_mask": mask}, pad_token_id=0, vocabulary=1000
+    )
     return extended["input_ids"], extended["attention_mask"], layout.label_index
 
 
@@ -111,6 +113,7 @@ def test_labels_go_right_after_the_first_special_token_under_either_padding():
         assert new_mask.tolist() == [[1] * 7]
         assert label_index.tolist() == [[-1, 0, 1, 2, -1, -1, -1]]
         assert new_ids[0, [0, 4, 5, 6]].tolist() == [101, 7, 8, 102]
+        assert new_ids[0, [1, 2, 3]].tolist() == [1000, 1001, 1002]  # markers: vocabulary + label
 
 
 def test_labels_at_the_start_or_after_the_text():

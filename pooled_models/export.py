@@ -1,0 +1,117 @@
+"""ONNX export of a pooled model: ``export_onnx(model, "model.onnx")``.
+
+torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)``) with dynamic batch and sequence axes; inputs
+``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the backbone takes them); output ``logits`` for a
+classifier, ``embeddings`` (the pooled vectors) for a ``PooledModel``. Every pooling exports, label tokens
+included: nothing in a pooled model's forward depends on data in a way an exported graph cannot hold. The file is
+checked with onnxruntime against PyTorch, on the sample and on batches of other shapes, before it is returned.
+
+Needs the ``[onnx]`` extra (onnx, onnxscript, onnxruntime).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .modeling.modeling_pooled import PooledForSequenceClassification, PooledPreTrainedModel
+
+__all__ = ["export_onnx"]
+
+
+class _Exported(nn.Module):
+    """The model with plain tensor inputs and one tensor output, as an ONNX graph takes and gives them."""
+
+    def __init__(self, model: PooledPreTrainedModel, with_token_types: bool):
+        super().__init__()
+        self.model = model
+        self.with_token_types = with_token_types
+        self.output_name = "logits" if isinstance(model, PooledForSequenceClassification) else "embeddings"
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        extra = {"token_type_ids": token_type_ids} if self.with_token_types else {}
+        if self.output_name == "logits":
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+        return self.model.embed(input_ids=input_ids, attention_mask=attention_mask, **extra)
+
+
+def _sample_batch(
+    model: PooledPreTrainedModel, batch: int, length: int, seed: int
+) -> dict[str, torch.Tensor]:
+    """Random token ids of real vocabulary, the second row padded: a batch of the shape the export generalises."""
+    generator = torch.Generator().manual_seed(seed)
+    vocabulary = model.get_input_embeddings().num_embeddings
+    ids = torch.randint(5, vocabulary, (batch, length), generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    if batch > 1:
+        mask[1, length // 2 :] = 0
+        ids[1, length // 2 :] = model.pad_token_id
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+def export_onnx(
+    model: PooledPreTrainedModel,
+    path: str | Path,
+    *,
+    sample: dict[str, torch.Tensor] | None = None,
+    verify: bool = True,
+    atol: float = 1e-4,
+    opset_version: int | None = None,
+) -> Path:
+    """Export ``model`` (in eval mode) to ``path`` and return the path.
+
+    Args:
+        sample: a tokenized batch to trace with (``input_ids``, ``attention_mask``...); random ids by default.
+            The export is not tied to its shape: batch and sequence length are dynamic.
+        verify: run the file with onnxruntime on the sample and on two batches of other shapes, and raise
+            ``ValueError`` if any output differs from PyTorch's by more than ``atol``.
+        opset_version: the ONNX opset (default: the exporter's).
+    """
+    path = Path(path)
+    model = model.eval()
+    with_token_types = "token_type_ids" in model._backbone_takes
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if with_token_types else [])
+    sample = sample or _sample_batch(model, batch=2, length=16, seed=0)
+    exported = _Exported(model, with_token_types)
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    arguments = tuple(sample.get(name, torch.zeros_like(sample["input_ids"])) for name in names)
+    with torch.no_grad():
+        torch.onnx.export(
+            exported,
+            arguments,
+            str(path),
+            input_names=names,
+            output_names=[exported.output_name],
+            dynamic_shapes={name: {0: batch, 1: sequence} for name in names},
+            opset_version=opset_version,
+            dynamo=True,
+            verbose=False,
+        )
+    if verify:
+        _verify(
+            exported,
+            path,
+            names,
+            [sample, _sample_batch(model, 3, 23, 1), _sample_batch(model, 1, 7, 2)],
+            atol,
+        )
+    return path
+
+
+def _verify(exported: _Exported, path: Path, names: list[str], batches, atol: float) -> None:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for batch in batches:
+        inputs = [batch.get(name, torch.zeros_like(batch["input_ids"])) for name in names]
+        (got,) = session.run(None, {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)})
+        with torch.no_grad():
+            expected = exported(*inputs).float().numpy()
+        difference = float(abs(got - expected).max())
+        if difference > atol:
+            raise ValueError(
+                f"The exported {path.name} differs from the PyTorch model by {difference:.2e} (more than {atol}) on a "
+                f"batch of shape {tuple(inputs[0].shape)}."
+            )

@@ -1,0 +1,120 @@
+"""torch.compile(fullgraph=True), ONNX export with dynamic axes, and accelerate's disk offload, for every pooling.
+
+Compilation uses the "eager" backend: fullgraph=True fails on any graph break whatever the backend, and the eager
+backend skips code generation (one test compiles with inductor too)."""
+
+import tempfile
+
+import pytest
+import torch
+import torch._dynamo
+from helpers import HIDDEN_STATE_POOLERS, random_batch, tiny_model
+
+from pooled_models import POOLERS, PooledModel, export_onnx
+from pooled_models.modeling.layer_pooling import LayerPooler
+
+FAST = ("mean", "label_tokens")
+
+
+def model_for(pooling: str, model_class=None):
+    settings = {"label_token_init": "random"} if pooling == "label_tokens" else {}
+    return tiny_model(pooling, model_class=model_class, **settings)
+
+
+def every_pooling(fast=FAST):
+    return [pytest.param(name, marks=() if name in fast else pytest.mark.slow) for name in sorted(POOLERS)]
+
+
+@pytest.mark.parametrize("pooling", every_pooling())
+def test_fullgraph_compilation_with_labels(pooling):
+    model = model_for(pooling)
+    batch, labels = random_batch([5, 8]), torch.tensor([0, 2])
+    if isinstance(model.pooler, LayerPooler):
+        # Asked for hidden states, the backbone installs its output-capturing hooks on its first call, under a
+        # lock dynamo cannot enter: vanilla BertModel(output_hidden_states=True) has the same break. Once it has
+        # run, the layer strategies add none of their own.
+        model(**batch)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    # torch traces nn.LSTM only with its experimental RNN support switched on (torch's limit, for any model).
+    with torch._dynamo.config.patch(allow_rnn=pooling == "lstm"), torch.no_grad():
+        got, expected = compiled(**batch, labels=labels), model(**batch, labels=labels)
+    torch.testing.assert_close(got.logits, expected.logits)
+    torch.testing.assert_close(got.loss, expected.loss)
+
+
+@pytest.mark.slow
+def test_inductor_compiles_a_pooled_classifier():
+    model = model_for("attention")
+    batch = random_batch([5, 8])
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            torch.compile(model, fullgraph=True)(**batch).logits, model(**batch).logits
+        )
+
+
+def test_bad_labels_are_still_caught_outside_compiled_graphs():
+    # Compiled graphs skip the checks that read label values; eager calls keep them.
+    model = model_for("mean")
+    with pytest.raises(ValueError, match=r"labels\[1\] = 7 is not a class id"):
+        model(**random_batch([5, 8]), labels=torch.tensor([0, 7]))
+
+
+@pytest.mark.parametrize("pooling", every_pooling(fast=("mean",)))
+def test_onnx_export_with_dynamic_axes_matches_pytorch_on_other_shapes(pooling, tmp_path):
+    model = model_for(pooling)
+    # export_onnx runs the file with onnxruntime on the sample and on batches of other shapes (3 x 23 and 1 x 7)
+    # and raises if any output differs from PyTorch's by more than 1e-4.
+    path = export_onnx(model, tmp_path / "model.onnx")
+    assert path.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pooling", ["label_tokens", "weighted_layer"])
+def test_a_pooled_model_exports_its_embeddings(pooling, tmp_path):
+    import onnxruntime
+
+    model = model_for(pooling, model_class=PooledModel)
+    path = export_onnx(model, tmp_path / "embeddings.onnx")
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [output.name for output in session.get_outputs()] == ["embeddings"]
+    assert {item.name for item in session.get_inputs()} == {"input_ids", "attention_mask", "token_type_ids"}
+
+
+def test_an_export_that_does_not_match_is_refused(tmp_path, monkeypatch):
+    model = model_for("mean")
+    path = export_onnx(model, tmp_path / "model.onnx", verify=False)
+    from pooled_models import export
+
+    with torch.no_grad():
+        model.classifier.head.out_proj.bias += 1.0  # the PyTorch model no longer matches the file
+    with pytest.raises(
+        ValueError, match=r"differs from the PyTorch model by .* on a batch of shape \(2, 16\)"
+    ):
+        export._verify(
+            export._Exported(model, True),
+            path,
+            ["input_ids", "attention_mask", "token_type_ids"],
+            [export._sample_batch(model, 2, 16, 0)],
+            atol=1e-4,
+        )
+
+
+@pytest.mark.parametrize("pooling", ["label_tokens", "attention", "lstm"])
+def test_disk_offload_runs_every_pooling_with_parameters(pooling):
+    from accelerate import disk_offload
+
+    batch = random_batch([5, 9])
+    with torch.no_grad():
+        expected = model_for(pooling)(**batch).logits
+        offloaded = model_for(pooling)
+        with tempfile.TemporaryDirectory() as folder:
+            disk_offload(offloaded, folder, execution_device="cpu")
+            # The weights wait on disk (meta tensors) until a forward call brings them: label embeddings included.
+            assert offloaded.classifier.pooler.parameters().__next__().device.type == "meta"
+            torch.testing.assert_close(offloaded(**batch).logits, expected)
+
+
+def test_every_pooler_is_covered():
+    assert set(HIDDEN_STATE_POOLERS) | {"label_tokens"} == set(POOLERS)

@@ -118,3 +118,25 @@ def test_disk_offload_runs_every_pooling_with_parameters(pooling):
 
 def test_every_pooler_is_covered():
     assert set(HIDDEN_STATE_POOLERS) | {"label_tokens"} == set(POOLERS)
+
+
+@pytest.mark.slow
+def test_the_readme_onnx_snippet_runs_on_a_tokenizers_output(tiny_backbone_path, minilm_tokenizer, tmp_path):
+    import onnxruntime
+
+    from pooled_models import PooledForSequenceClassification
+
+    model = PooledForSequenceClassification.from_backbone(
+        tiny_backbone_path, pooling="attention", num_labels=3
+    )
+    export_onnx(model, tmp_path / "model.onnx")
+    session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"))
+    batch = minilm_tokenizer(["a text", "another, longer text"], padding=True, return_tensors="np")
+    logits = session.run(
+        None, {name: batch[name] for name in ("input_ids", "attention_mask", "token_type_ids")}
+    )[0]
+    with torch.no_grad():
+        expected = model(
+            **minilm_tokenizer(["a text", "another, longer text"], padding=True, return_tensors="pt")
+        )
+    assert abs(logits - expected.logits.numpy()).max() < 1e-4

@@ -391,6 +391,23 @@ class PooledTrainingArguments(TrainingArguments):
     weight_decay: float = field(
         default=0.01, metadata={"help": "AdamW weight decay (not on biases and norms)."}
     )
+    # Measured in bench/throughput.py (README, "Speed"): on texts of mixed length most positions of a random batch are
+    # padding, which the backbone computes like real tokens.
+    train_sampling_strategy: str = field(
+        default="group_by_length",
+        metadata={
+            "help": "Sampler for training: 'group_by_length' (batches of texts of similar length, random between "
+            "groups: little padding), 'random' (transformers' default), 'sequential' or 'batch_rebalance'.",
+            "choices": ["group_by_length", "random", "sequential", "batch_rebalance"],
+        },
+    )
+    length_sorted_eval: bool = field(
+        default=True,
+        metadata={
+            "help": "Evaluate and predict in batches sorted by length (little padding); predictions are written in "
+            "the input's order either way."
+        },
+    )
     freeze_backbone: bool = field(default=False, metadata={"help": "Train only the pooler and head."})
     early_stopping_patience: int | None = field(
         default=None,

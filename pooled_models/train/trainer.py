@@ -1,11 +1,14 @@
-"""Training pieces for train.py: a Trainer with a separate learning rate for the pooler and head, backbone freezing
-and early stopping."""
+"""Training pieces for train.py: a Trainer with a separate learning rate for the pooler and head, batches with little
+padding, backbone freezing and early stopping."""
 
 from __future__ import annotations
 
+from torch.utils.data import SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
+from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from ..modeling.modeling_pooled import PooledForSequenceClassification
+from .batching import LengthSortedSampler, restore_input_order, token_lengths
 from .model_setup import backbone_of
 
 __all__ = [
@@ -42,11 +45,46 @@ def freeze_backbone(model) -> int:
 
 
 class PooledTrainer(Trainer):
-    """A Trainer whose optimizer gives the pooler and head their own learning rate (``args.head_learning_rate``).
+    """A Trainer whose optimizer gives the pooler and head their own learning rate (``args.head_learning_rate``),
+    and whose batches carry little padding.
 
     The pooler and head start from random weights while the backbone is pretrained, so the head usually wants a
     larger step than the backbone can take without forgetting. The scheduler scales both rates alike.
+
+    With ``train_sampling_strategy="group_by_length"`` training batches hold texts of similar length (random between
+    groups). With ``length_sorted_eval`` (both train.py's defaults) evaluation and prediction run longest text first,
+    and ``predict`` returns its rows in the dataset's order. (transformers' own Trainer, with group_by_length, also
+    shuffles the evaluation order, and ``predict`` then returns rows in that shuffled order.)
     """
+
+    def _get_train_sampler(self, train_dataset=None):
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        if self.args.train_sampling_strategy != "group_by_length" or not _has_input_ids(dataset):
+            return super()._get_train_sampler(train_dataset)
+        # The lengths read column-wise: LengthGroupedSampler would otherwise read every row as a Python dict.
+        return LengthGroupedSampler(
+            self.args.train_batch_size * self.args.gradient_accumulation_steps,
+            lengths=token_lengths(dataset),
+        )
+
+    def _get_eval_sampler(self, eval_dataset):
+        if not _sorts_evaluation(self.args, eval_dataset):
+            if eval_dataset is None or self.args.world_size > 1:
+                return super()._get_eval_sampler(eval_dataset)
+            # Input order: transformers' Trainer would shuffle it under group_by_length (see the class docstring).
+            return SequentialSampler(eval_dataset)
+        return LengthSortedSampler(token_lengths(eval_dataset))
+
+    def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test"):
+        output = super().predict(test_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+        if not _sorts_evaluation(self.args, test_dataset):
+            return output
+        # The same order the sampler used: the lengths are the dataset's, not a random draw.
+        order = LengthSortedSampler(token_lengths(test_dataset)).order
+        return output._replace(
+            predictions=restore_input_order(output.predictions, order),
+            label_ids=restore_input_order(output.label_ids, order),
+        )
 
     def create_optimizer(self, model=None):
         head_learning_rate = getattr(self.args, "head_learning_rate", None)
@@ -72,6 +110,14 @@ class PooledTrainer(Trainer):
             **optimizer_kwargs,
         )
         return self.optimizer
+
+
+def _has_input_ids(dataset) -> bool:
+    return "input_ids" in (getattr(dataset, "column_names", None) or ())
+
+
+def _sorts_evaluation(args, dataset) -> bool:
+    return bool(getattr(args, "length_sorted_eval", False)) and _has_input_ids(dataset)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -1,0 +1,182 @@
+"""Batches with little padding: length-grouped training, length-sorted evaluation and prediction, and predictions
+back in the input's order."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from helpers import topic_rows, train, write_rows
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+
+from pooled_models import PooledForSequenceClassification
+from pooled_models.train.arguments import PooledTrainingArguments
+from pooled_models.train.batching import LengthSortedSampler, restore_input_order, token_lengths
+from pooled_models.train.trainer import PooledTrainer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_length_sorted_sampler_goes_longest_first_and_keeps_ties_in_order():
+    lengths = [3, 9, 3, 1, 9, 5]
+    assert list(LengthSortedSampler(lengths)) == [1, 4, 5, 0, 2, 3]
+    assert len(LengthSortedSampler(lengths)) == 6
+
+
+def test_restore_input_order_undoes_the_sort_for_arrays_tensors_and_nested_outputs():
+    lengths = [4, 7, 1, 7, 2]
+    order = LengthSortedSampler(lengths).order
+    rows = np.arange(10).reshape(5, 2)
+    computed = rows[order]  # what a sorted evaluation returns
+    assert np.array_equal(restore_input_order(computed, order), rows)
+    assert torch.equal(restore_input_order(torch.from_numpy(computed), order), torch.from_numpy(rows))
+    nested = restore_input_order((computed, {"extra": computed[:, 0]}), order)
+    assert np.array_equal(nested[0], rows) and np.array_equal(nested[1]["extra"], rows[:, 0])
+    assert restore_input_order(None, order) is None
+    with pytest.raises(ValueError, match="4 output rows for 5 input rows"):
+        restore_input_order(computed[:4], order)
+
+
+def test_token_lengths_reads_the_column_and_names_a_missing_one():
+    dataset = Dataset.from_dict({"input_ids": [[1, 2], [1], [1, 2, 3]], "labels": [0, 1, 0]})
+    assert token_lengths(dataset) == [2, 1, 3]
+    with pytest.raises(ValueError, match="no 'tokens' column"):
+        token_lengths(dataset, "tokens")
+
+
+def test_train_py_defaults_group_training_batches_and_sort_evaluation():
+    args = PooledTrainingArguments(output_dir="unused", report_to="none")
+    assert args.train_sampling_strategy == "group_by_length"
+    assert args.length_sorted_eval is True
+
+
+# ----------------------------------------------------------------------------------------------------
+# The Trainer: the same predictions, in input order, with far less padding
+# ----------------------------------------------------------------------------------------------------
+
+
+def _mixed_length_dataset(tokenizer, count=48, seed=0):
+    rng = random.Random(seed)
+    texts = [
+        " ".join(rng.choice(["alpha", "beta", "gamma", "delta"]) for _ in range(rng.randint(1, 40)))
+        for _ in range(count)
+    ]
+    encoded = tokenizer(texts, truncation=True, max_length=60)
+    return Dataset.from_dict({**encoded, "labels": [rng.randrange(3) for _ in texts]})
+
+
+class _CountingCollator(DataCollatorWithPadding):
+    """Counts real and computed (padded) token positions of every batch it makes."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer)
+        self.real = self.computed = 0
+
+    def __call__(self, features):
+        batch = super().__call__(features)
+        self.real += int(batch["attention_mask"].sum())
+        self.computed += batch["attention_mask"].numel()
+        return batch
+
+
+def _trainer(tiny_backbone_path, tmp_path, dataset, **settings):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
+    torch.manual_seed(0)
+    model = PooledForSequenceClassification.from_backbone(tiny_backbone_path, num_labels=3, pooling="mean")
+    args = PooledTrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        num_train_epochs=1,
+        report_to="none",
+        disable_tqdm=True,
+        save_strategy="no",
+        eval_strategy="no",
+        **settings,
+    )
+    return PooledTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        eval_dataset=dataset,
+        data_collator=_CountingCollator(tokenizer),
+    )
+
+
+def test_sorted_prediction_returns_the_rows_of_an_input_order_prediction(tiny_backbone_path, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
+    dataset = _mixed_length_dataset(tokenizer, count=200)
+    sorted_run = _trainer(tiny_backbone_path, tmp_path, dataset)
+    in_order = _trainer(tiny_backbone_path, tmp_path, dataset, length_sorted_eval=False)
+    sorted_output, plain_output = sorted_run.predict(dataset), in_order.predict(dataset)
+
+    assert np.array_equal(sorted_output.label_ids, np.array(dataset["labels"]))
+    assert np.array_equal(plain_output.label_ids, np.array(dataset["labels"]))
+    np.testing.assert_allclose(sorted_output.predictions, plain_output.predictions, atol=1e-5)
+    assert sorted_output.metrics.keys() == plain_output.metrics.keys()
+    # Sorted batches computed far fewer padded positions for the same rows.
+    assert sorted_run.data_collator.real == in_order.data_collator.real
+    assert sorted_run.data_collator.real / sorted_run.data_collator.computed > 0.95
+    assert in_order.data_collator.real / in_order.data_collator.computed < 0.8
+
+
+def test_group_by_length_without_sorted_evaluation_still_predicts_in_input_order(
+    tiny_backbone_path, tmp_path
+):
+    # transformers' Trainer shuffles the evaluation order under group_by_length; ours keeps the input order.
+    tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
+    dataset = _mixed_length_dataset(tokenizer)
+    trainer = _trainer(tiny_backbone_path, tmp_path, dataset, length_sorted_eval=False)
+    assert trainer.args.train_sampling_strategy == "group_by_length"
+    assert list(trainer._get_eval_sampler(dataset)) == list(range(len(dataset)))
+
+
+def test_grouped_training_batches_carry_little_padding_and_see_every_row(tiny_backbone_path, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
+    dataset = _mixed_length_dataset(tokenizer, count=400)
+    grouped = _trainer(tiny_backbone_path, tmp_path, dataset)
+    randomly = _trainer(tiny_backbone_path, tmp_path, dataset, train_sampling_strategy="random")
+    grouped_order = list(grouped._get_train_sampler())
+    assert sorted(grouped_order) == list(range(len(dataset)))
+    assert grouped_order != list(range(len(dataset)))  # still random between groups
+    for trainer in (grouped, randomly):
+        for _ in trainer.get_train_dataloader():
+            pass
+    assert grouped.data_collator.real == randomly.data_collator.real
+    assert grouped.data_collator.real / grouped.data_collator.computed > 0.9
+    assert randomly.data_collator.real / randomly.data_collator.computed < 0.75
+
+
+def test_train_py_predictions_match_each_text_on_its_own(tiny_backbone_path, tmp_path):
+    # Test texts of very different lengths: a sorted prediction written in the wrong order would pair a text with
+    # another text's scores.
+    rows = topic_rows(60, seed=3)
+    test_rows = [
+        dict(row, text=" ".join([row["text"]] * (1 + index % 5)))
+        for index, row in enumerate(topic_rows(25, seed=4))
+    ]
+    data = [
+        "--train_file",
+        str(write_rows(tmp_path / "train.csv", rows)),
+        "--test_file",
+        str(write_rows(tmp_path / "test.csv", test_rows)),
+        "--do_train",
+        "--do_predict",
+        "--per_device_eval_batch_size",
+        "4",
+    ]
+    result = train(tiny_backbone_path, tmp_path / "model", *data)
+    written = [
+        json.loads(line) for line in (result.output_dir / "predictions.jsonl").read_text().splitlines()
+    ]
+    assert [row["text"] for row in written] == [row["text"] for row in test_rows]
+
+    model = AutoModelForSequenceClassification.from_pretrained(result.output_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(result.output_dir)
+    for row in written:
+        with torch.no_grad():
+            scores = model(**tokenizer(row["text"], return_tensors="pt")).logits.softmax(-1)[0]
+        expected = {model.config.id2label[index]: value for index, value in enumerate(scores.tolist())}
+        assert row["scores"] == pytest.approx(expected, abs=1e-5)

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint bench bench-accuracy demo clean
+.PHONY: install test test-fast lint bench bench-accuracy bench-throughput demo clean
 
 install: $(STAMP)
 
@@ -34,6 +34,10 @@ bench: install
 # The pooling sweep on the fortunes benchmark, with both baselines (about 25 minutes on 2 CPU cores).
 bench-accuracy: install
 	$(BIN)/python bench/accuracy.py
+
+# Real-token fraction and speed of train.py's batching against a vanilla Trainer (bench/throughput.py).
+bench-throughput: install
+	$(BIN)/python bench/throughput.py
 
 # The quickstart: fine-tunes the packaged MiniLM on the generated demo data, offline, in a few minutes on 2 CPU cores.
 # --overwrite_output_dir lets `make demo` run again: it replaces only a folder an earlier run wrote.

@@ -12,9 +12,9 @@ on the packaged all-MiniLM-L6-v2 backbone. Each fits 30 minutes on 2 CPU cores.
 * debtags: which debtags describe a Debian package, from its short description (bench/corpora/debtags.py):
   the 28 tags of at least 300 packages, subsampled to ``--max-rows`` packages (default 5000, split 60/20/20).
 
-Every run uses train.py's defaults, except ``--max_seq_length`` (128 for fortunes, which 95% of the quotations
-fit; 64 for debtags, which every description fits) and ``--train_sampling_strategy group_by_length`` (batches of
-similar length), which only make it faster. The ``mean`` row is therefore also train.py's default run. The report
+Every run uses train.py's defaults (length-grouped batches among them), except ``--max_seq_length`` (128 for
+fortunes, which 95% of the quotations fit; 64 for debtags, which every description fits), which only makes it
+faster. The ``mean`` row is therefore also train.py's default run. The report
 (markdown, JSON, PNG) goes to ``bench/results/<dataset>/``.
 """
 
@@ -73,8 +73,6 @@ def data_arguments(dataset: str, files: dict[str, Path]) -> list[str]:
         "true",
         "--max_seq_length",
         str(MAX_SEQ_LENGTH[dataset]),
-        "--train_sampling_strategy",
-        "group_by_length",
     ]
 
 

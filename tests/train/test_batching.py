@@ -180,3 +180,16 @@ def test_train_py_predictions_match_each_text_on_its_own(tiny_backbone_path, tmp
             scores = model(**tokenizer(row["text"], return_tensors="pt")).logits.softmax(-1)[0]
         expected = {model.config.id2label[index]: value for index, value in enumerate(scores.tolist())}
         assert row["scores"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_transformers_trainer_shuffles_prediction_order_under_group_by_length(tiny_backbone_path, tmp_path):
+    # The README's reason for PooledTrainer's own evaluation sampler: should transformers stop shuffling, this fails
+    # and the README's sentence goes.
+    from transformers import Trainer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
+    dataset = _mixed_length_dataset(tokenizer)
+    ours = _trainer(tiny_backbone_path, tmp_path, dataset)
+    plain = Trainer(model=ours.model, args=ours.args, data_collator=ours.data_collator)
+    assert sorted(plain._get_eval_sampler(dataset)) == list(range(len(dataset)))
+    assert list(plain._get_eval_sampler(dataset)) != list(range(len(dataset)))

@@ -29,6 +29,7 @@ from transformers.utils.generic import can_return_tuple
 
 from .backbone import build_backbone, load_backbone, position_ids_from_mask, position_offset
 from .configuration_pooled import WATCHED, PooledConfig
+from .encoding import SentenceEncoderMixin
 from .heads import HEADS, LabelTokenHead
 from .inputs import check_inputs
 from .label_tokens import LabelEmbeddings
@@ -58,7 +59,7 @@ AUTO_MAP = {
 }
 
 
-class PooledPreTrainedModel(PreTrainedModel):
+class PooledPreTrainedModel(SentenceEncoderMixin, PreTrainedModel):
     """What both pooled models share: a backbone, run with positions from the mask, and how they load."""
 
     config_class = PooledConfig

@@ -1,0 +1,368 @@
+"""Sentence embeddings from a loaded pooled model: ``encode`` (texts -> pooled vectors, in input order),
+``similarity``, and the sentence-transformers description written next to every saved checkpoint, so that
+``SentenceTransformer(folder)`` reads the model's own pooled vectors instead of mean-pooling its token states.
+
+``PooledPreTrainedModel`` inherits :class:`SentenceEncoderMixin`, so ``PooledModel`` and
+``PooledForSequenceClassification`` (which encodes with its pooler, before its head) both have them.
+
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
+torch, transformers and its sibling model files (no numpy: ``tensor.numpy()`` makes the arrays).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+
+import torch
+from torch.nn import functional as F
+from transformers import AutoTokenizer
+from transformers.utils import logging
+
+__all__ = ["SentenceEncoderMixin", "SIMILARITY_FUNCTIONS", "similarity", "write_sentence_transformers_files"]
+
+logger = logging.get_logger(__name__)
+
+# Texts tokenized, sorted and encoded together: sorting a bounded block keeps memory flat for any input size,
+# and a block this large already gives batches of near-equal length.
+BLOCK_SIZE = 16384
+# Without show_progress_bar, a bar is shown from this many texts on (about 16 batches of 32).
+PROGRESS_BAR_FROM = 512
+# Tokenizers without a length limit report this sentinel (transformers' VERY_LARGE_INTEGER is about 1e30).
+NO_TOKENIZER_LIMIT = 10**9
+
+SIMILARITY_FUNCTIONS = ("cosine", "dot", "euclidean", "manhattan")
+
+
+class SentenceEncoderMixin:
+    """``encode`` and ``similarity`` for a pooled model (anything with ``embed(**batch)``)."""
+
+    def encode(
+        self,
+        sentences: str | tuple[str, str] | Iterable[str | tuple[str, str]],
+        batch_size: int = 32,
+        normalize_embeddings: bool = False,
+        max_length: int | None = None,
+        show_progress_bar: bool | None = None,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        device: str | torch.device | None = None,
+        tokenizer=None,
+        label: str | int | None = None,
+    ):
+        """Pooled sentence embeddings of ``sentences``, in their order: one row per text (or sentence pair).
+
+        Texts are tokenized once, sorted by length and batched, so a batch holds texts of nearly the same length
+        (little padding), then put back in input order. Runs without gradients, in eval mode (the mode the model
+        was in is restored), in the model's dtype; the result is float32.
+
+        Args:
+            sentences: a text, a pair ``(text, text_pair)``, or a list of either (pairs are encoded together, as
+                a sentence-pair classifier reads them).
+            batch_size: texts per forward pass.
+            normalize_embeddings: scale every vector to length 1 (then a dot product is the cosine similarity).
+            max_length: truncate longer inputs to this many tokens. Default: the tokenizer's limit, capped at what
+                the model's position table holds (less the label tokens of ``pooling="label_tokens"``).
+            show_progress_bar: default: shown from 512 texts on (and when transformers' bars are enabled).
+            convert_to_numpy: a numpy array (the default); otherwise a torch tensor.
+            convert_to_tensor: a torch tensor, on the model's device (as sentence-transformers' flag).
+            device: encode on this device; the model is moved there, as sentence-transformers does.
+            tokenizer: the tokenizer to use; default: loaded once from the checkpoint's folder (or, for a model
+                built with ``from_backbone``, the backbone's) and kept for later calls.
+            label: ``pooling="label_tokens"`` only: a label name (or id) whose vector to return.
+
+        Returns:
+            ``[len(sentences), pooler.output_dim]``, or ``[pooler.output_dim]`` for a single text. With
+            ``pooling="label_tokens"``: one vector per label, ``[len(sentences), num_labels, hidden_size]``
+            (each label's final hidden state, what its head scores), or ``[len(sentences), hidden_size]`` for one
+            ``label``; ``similarity`` compares such embeddings label by label.
+        """
+        single = _is_single_input(sentences)
+        inputs = [sentences] if single else list(sentences)
+        pairs = _pair_form(inputs)
+        label_index = self._label_index(label)
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
+        tokenizer = self._encoding_tokenizer(tokenizer)
+        max_length = self._encoding_max_length(tokenizer, max_length)
+        if device is not None and torch.device(device) != self.device:
+            self.to(device)
+        keep_on_device = convert_to_tensor or not convert_to_numpy
+        output_device = self.device if keep_on_device else torch.device("cpu")
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.pad_token_id
+        if show_progress_bar is None:
+            show_progress_bar = len(inputs) >= PROGRESS_BAR_FROM
+
+        result = None
+        was_training = self.training
+        self.eval()
+        progress = logging.tqdm(
+            total=len(inputs), disable=not show_progress_bar, desc="Encoding", unit="text"
+        )
+        try:
+            with torch.no_grad():
+                for start in range(0, len(inputs), BLOCK_SIZE):
+                    block = _tokenize(tokenizer, inputs[start : start + BLOCK_SIZE], pairs, max_length)
+                    for rows, batch in _sorted_batches(block, batch_size, pad_id):
+                        batch = {name: tensor.to(self.device) for name, tensor in batch.items()}
+                        vectors = self.embed(**batch)
+                        if label_index is not None:
+                            vectors = vectors[:, label_index]
+                        vectors = vectors.float()
+                        if normalize_embeddings:
+                            vectors = F.normalize(vectors, dim=-1)
+                        if result is None:
+                            result = torch.empty(
+                                (len(inputs), *vectors.shape[1:]), dtype=torch.float32, device=output_device
+                            )
+                        result[torch.as_tensor(rows) + start] = vectors.to(output_device)
+                        progress.update(len(rows))
+        finally:
+            progress.close()
+            self.train(was_training)
+        if result is None:  # no sentences
+            result = torch.empty((0, *self._embedding_shape(label_index)), device=output_device)
+        if single:
+            result = result[0]
+        return result if keep_on_device else result.numpy()
+
+    def similarity(self, embeddings, other_embeddings, similarity_fn: str = "cosine") -> torch.Tensor:
+        """``[N, M]`` similarities of every row of ``embeddings`` with every row of ``other_embeddings`` (numpy
+        arrays or tensors, as ``encode`` returns them), like sentence-transformers' ``model.similarity``.
+        ``similarity_fn``: ``cosine`` (default), ``dot``, ``euclidean`` or ``manhattan`` (distances negated, so
+        larger is more similar). Label-token embeddings ``[N, labels, H]`` are compared label by label and the
+        scores averaged over the labels."""
+        return similarity(embeddings, other_embeddings, similarity_fn)
+
+    # -- what encode needs of the model ----------------------------------------------------------------
+
+    def _label_index(self, label: str | int | None) -> int | None:
+        if label is None:
+            return None
+        if self.config.pooling != "label_tokens":
+            raise ValueError(
+                f"label={label!r} picks one label's vector of pooling='label_tokens'; this model's pooling is "
+                f"{self.config.pooling!r}, which gives one vector per text."
+            )
+        label2id = {str(name): int(index) for name, index in (self.config.label2id or {}).items()}
+        if isinstance(label, int) and not isinstance(label, bool) and 0 <= label < self.config.num_labels:
+            return label
+        if str(label) in label2id:
+            return label2id[str(label)]
+        raise ValueError(f"label={label!r} is not a label of this model. Its labels: {', '.join(label2id)}.")
+
+    def _embedding_shape(self, label_index: int | None) -> tuple[int, ...]:
+        if self.config.pooling == "label_tokens" and label_index is None:
+            return (self.config.num_labels, self.pooler.output_dim)
+        return (self.pooler.output_dim,)
+
+    def _encoding_tokenizer(self, tokenizer=None):
+        """The tokenizer passed, else the one found in the checkpoint's folder (or the backbone's), loaded once."""
+        if tokenizer is not None:
+            return tokenizer
+        found = getattr(self, "_sentence_tokenizer", None)
+        if found is not None:
+            return found
+        sources = [self.name_or_path, getattr(self.config.backbone_config, "_name_or_path", "")]
+        sources = [source for source in dict.fromkeys(sources) if source]
+        for source in sources:
+            try:
+                found = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+            except (OSError, ValueError):
+                continue
+            self._sentence_tokenizer = found
+            return found
+        raise ValueError(
+            "encode needs the model's tokenizer, and none was found "
+            + (
+                f"in {', '.join(map(repr, sources))}"
+                if sources
+                else "(the model was not loaded from a folder)"
+            )
+            + ": save it next to the model (tokenizer.save_pretrained(folder)) or pass encode(..., tokenizer=...)."
+        )
+
+    def _encoding_max_length(self, tokenizer, max_length: int | None) -> int | None:
+        """The token limit of one input: the tokenizer's, capped at the positions the model has for a text."""
+        model_limit = None
+        if self.position_budget is not None:
+            model_limit = self.position_budget - self.added_tokens
+        if max_length is not None:
+            if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+                raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}.")
+            if model_limit is not None and max_length > model_limit:
+                logger.warning_once(
+                    f"max_length={max_length} is more than this model has positions for; using {model_limit}."
+                )
+                return model_limit
+            return max_length
+        limits = [model_limit, getattr(tokenizer, "model_max_length", None)]
+        limits = [limit for limit in limits if limit is not None and limit < NO_TOKENIZER_LIMIT]
+        return min(limits) if limits else None
+
+    # -- saving ------------------------------------------------------------------------------------------
+
+    def save_pretrained(self, save_directory, *args, push_to_hub: bool = False, **kwargs):
+        """Also writes the sentence-transformers description (see ``write_sentence_transformers_files``).
+
+        With ``push_to_hub=True`` the folder is uploaded by ``push_to_hub`` once it is complete: transformers
+        uploads from inside its own ``save_pretrained``, before these files exist."""
+        hub_kwargs = {}
+        if push_to_hub:
+            for key in ("repo_id", "commit_message", "create_pr", "private", "token", "revision"):
+                if key in kwargs:
+                    hub_kwargs[key] = kwargs[key] if key == "token" else kwargs.pop(key)
+        saved = super().save_pretrained(save_directory, *args, **kwargs)
+        is_main_process = args[0] if args else kwargs.get("is_main_process", True)
+        if is_main_process:
+            write_sentence_transformers_files(save_directory)
+            if push_to_hub:
+                repo_id = hub_kwargs.pop("repo_id", os.path.basename(os.path.normpath(save_directory)))
+                self.push_to_hub(repo_id, **hub_kwargs)
+        return saved
+
+
+def _is_single_input(sentences) -> bool:
+    return isinstance(sentences, str) or (
+        isinstance(sentences, tuple) and len(sentences) == 2 and all(isinstance(s, str) for s in sentences)
+    )
+
+
+def _pair_form(inputs: list) -> bool:
+    """True for a list of (text, text_pair), False for a list of texts; anything else is refused."""
+
+    def is_pair(item) -> bool:
+        return isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(s, str) for s in item)
+
+    kinds = {"pair" if is_pair(item) else "text" if isinstance(item, str) else "other" for item in inputs}
+    if "other" in kinds or len(kinds) > 1:
+        bad = next(
+            (index, item)
+            for index, item in enumerate(inputs)
+            if not isinstance(item, str) and (not is_pair(item) or "text" in kinds)
+        )
+        raise ValueError(
+            "encode takes texts or (text, text_pair) pairs, not a mix of both nor anything else; "
+            f"sentences[{bad[0]}] is {bad[1]!r}."
+        )
+    return kinds == {"pair"}
+
+
+def _tokenize(tokenizer, texts: list, pairs: bool, max_length: int | None) -> dict[str, list[list[int]]]:
+    """Token ids (and token type ids, where the tokenizer makes them) of each text, unpadded."""
+    first, second = ([text for text, _ in texts], [pair for _, pair in texts]) if pairs else (texts, None)
+    encoded = tokenizer(
+        first,
+        second,
+        truncation=max_length is not None,
+        max_length=max_length,
+        padding=False,
+        return_attention_mask=False,
+    )
+    return {name: encoded[name] for name in ("input_ids", "token_type_ids") if name in encoded}
+
+
+def _sorted_batches(
+    block: dict[str, list[list[int]]], batch_size: int, pad_id: int
+) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    """``(row indices, padded batch)``, longest texts first, so each batch pads little and a batch too long for
+    the memory fails at once rather than at the end."""
+    lengths = [len(ids) for ids in block["input_ids"]]
+    order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        yield (
+            rows,
+            _pad_right({name: [values[row] for row in rows] for name, values in block.items()}, pad_id),
+        )
+
+
+def _pad_right(sequences: dict[str, list[list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """One tensor per input, padded on the right; the pooled vector does not depend on the padding side (the
+    model derives positions from the mask), so no tokenizer setting is needed."""
+    lengths = torch.tensor([len(ids) for ids in sequences["input_ids"]])
+    width = max(int(lengths.max()), 1)  # a text with no token at all still gets a (masked) column
+    mask = torch.arange(width) < lengths.unsqueeze(1)
+    batch = {"attention_mask": mask.long()}
+    for name, values in sequences.items():
+        padded = torch.full(mask.shape, pad_id if name == "input_ids" else 0, dtype=torch.long)
+        padded[mask] = torch.tensor([token for row in values for token in row], dtype=torch.long)
+        batch[name] = padded
+    return batch
+
+
+def similarity(embeddings, other_embeddings, similarity_fn: str = "cosine") -> torch.Tensor:
+    """See :meth:`SentenceEncoderMixin.similarity`."""
+    if similarity_fn not in SIMILARITY_FUNCTIONS:
+        raise ValueError(
+            f"Unknown similarity_fn {similarity_fn!r}. Valid choices: {', '.join(SIMILARITY_FUNCTIONS)}."
+        )
+    first, second = (_as_matrix_batch(values) for values in (embeddings, other_embeddings))
+    if first.shape[0] != second.shape[0] or first.shape[2] != second.shape[2]:
+        raise ValueError(
+            "Cannot compare embeddings of shape "
+            f"{tuple(torch.as_tensor(embeddings).shape)} with {tuple(torch.as_tensor(other_embeddings).shape)}."
+        )
+    second = second.to(first.device)
+    if similarity_fn == "cosine":
+        scores = F.normalize(first, dim=-1) @ F.normalize(second, dim=-1).transpose(1, 2)
+    elif similarity_fn == "dot":
+        scores = first @ second.transpose(1, 2)
+    else:
+        scores = -torch.cdist(first, second, p=2.0 if similarity_fn == "euclidean" else 1.0)
+    return scores.mean(dim=0)  # over the labels of label-token embeddings; a no-op otherwise
+
+
+def _as_matrix_batch(values) -> torch.Tensor:
+    """``[G, rows, width]`` in float32: G = 1 for ordinary embeddings, one matrix per label for label tokens."""
+    tensor = torch.as_tensor(values).float()
+    if tensor.ndim == 1:
+        tensor = tensor.unsqueeze(0)
+    if tensor.ndim == 2:
+        return tensor.unsqueeze(0)
+    if tensor.ndim == 3:
+        return tensor.transpose(0, 1)
+    raise ValueError(
+        f"Embeddings must be [width], [rows, width] or [rows, labels, width]; got {tuple(tensor.shape)}."
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# The sentence-transformers description of a saved checkpoint
+# ----------------------------------------------------------------------------------------------------
+
+# sentence-transformers (>= 6) runs the checkpoint as its Transformer module and takes the model's pooler_output as
+# the sentence embedding: exactly encode's vectors (before normalisation) for every pooling. Without these files it
+# would mean-pool last_hidden_state, silently another embedding.
+SENTENCE_TRANSFORMERS_FILES = {
+    "modules.json": [
+        {
+            "idx": 0,
+            "name": "0",
+            "path": "",
+            "type": "sentence_transformers.base.modules.transformer.Transformer",
+        }
+    ],
+    "sentence_bert_config.json": {
+        "transformer_task": "feature-extraction",
+        "modality_config": {"text": {"method": "forward", "method_output_name": "pooler_output"}},
+        "module_output_name": "sentence_embedding",
+    },
+    "config_sentence_transformers.json": {
+        "model_type": "SentenceTransformer",
+        "prompts": {},
+        "default_prompt_name": None,
+        "similarity_fn_name": "cosine",
+    },
+}
+
+
+def write_sentence_transformers_files(folder: str | os.PathLike) -> None:
+    """Write the files by which ``SentenceTransformer(folder)`` loads this checkpoint with its own pooling (the
+    folder also needs the tokenizer, as for ``encode``). Loading it needs ``import pooled_models`` first, or
+    ``SentenceTransformer(folder, trust_remote_code=True)`` where the package is not installed."""
+    for name, content in SENTENCE_TRANSFORMERS_FILES.items():
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+            json.dump(content, handle, indent=2)
+            handle.write("\n")

@@ -53,14 +53,16 @@ class SentenceEncoderMixin:
     ):
         """Pooled sentence embeddings of ``sentences``, in their order: one row per text (or sentence pair).
 
-        Texts are tokenized once, sorted by length and batched, so a batch holds texts of nearly the same length
-        (little padding), then put back in input order. Runs without gradients, in eval mode (the mode the model
+        Texts are tokenized once, sorted by token length and batched, so a batch holds texts of nearly the same
+        length (little padding), then put back in input order. Runs without gradients, in eval mode (the mode the model
         was in is restored), in the model's dtype; the result is float32.
 
         Args:
             sentences: a text, a pair ``(text, text_pair)``, or a list of either (pairs are encoded together, as
                 a sentence-pair classifier reads them).
-            batch_size: texts per forward pass.
+            batch_size: texts per forward pass, for texts of average length: batches are cut by a token budget
+                (``batch_size`` texts of the input's average length), so short texts go in larger batches and long
+                ones in smaller batches, and no batch holds more tokens than ``batch_size`` of the longest texts.
             normalize_embeddings: scale every vector to length 1 (then a dot product is the cosine similarity).
             max_length: truncate longer inputs to this many tokens. Default: the tokenizer's limit, capped at what
                 the model's position table holds (less the label tokens of ``pooling="label_tokens"``).
@@ -266,16 +268,26 @@ def _tokenize(tokenizer, texts: list, pairs: bool, max_length: int | None) -> di
 def _sorted_batches(
     block: dict[str, list[list[int]]], batch_size: int, pad_id: int
 ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
-    """``(row indices, padded batch)``, longest texts first, so each batch pads little and a batch too long for
-    the memory fails at once rather than at the end."""
+    """``(row indices, padded batch)``: texts sorted by token length, so a batch pads little, longest first, so a
+    batch too large for the memory fails at once rather than at the end.
+
+    Batches are cut by a token budget rather than a count: ``batch_size`` texts of the block's average length,
+    padding included. Short texts then share larger batches (fewer passes, each with more work) and long texts go
+    in smaller ones; no batch holds more tokens, nor more attention scores, than ``batch_size`` texts of the longest
+    length would (the worst case of batches by count)."""
     lengths = [len(ids) for ids in block["input_ids"]]
     order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
+    budget = batch_size * max(sum(lengths) / len(lengths), 1.0)
+    start = 0
+    while start < len(order):
+        width = max(lengths[order[start]], 1)  # the longest text of the batch sets its padded width
+        stop = start + max(1, int(budget // width))
+        rows = order[start:stop]
         yield (
             rows,
             _pad_right({name: [values[row] for row in rows] for name, values in block.items()}, pad_id),
         )
+        start = stop
 
 
 def _pad_right(sequences: dict[str, list[list[int]]], pad_id: int) -> dict[str, torch.Tensor]:

@@ -54,15 +54,16 @@ class SentenceEncoderMixin:
         """Pooled sentence embeddings of ``sentences``, in their order: one row per text (or sentence pair).
 
         Texts are tokenized once, sorted by token length and batched, so a batch holds texts of nearly the same
-        length (little padding), then put back in input order. Runs without gradients, in eval mode (the mode the model
-        was in is restored), in the model's dtype; the result is float32.
+        length (little padding), then put back in input order. Runs in ``torch.inference_mode`` (no gradients), in
+        eval mode (the mode the model was in is restored), in the model's dtype; the result is float32 (an ordinary
+        tensor, not an inference tensor).
 
         Args:
             sentences: a text, a pair ``(text, text_pair)``, or a list of either (pairs are encoded together, as
                 a sentence-pair classifier reads them).
-            batch_size: texts per forward pass, for texts of average length: batches are cut by a token budget
-                (``batch_size`` texts of the input's average length), so short texts go in larger batches and long
-                ones in smaller batches, and no batch holds more tokens than ``batch_size`` of the longest texts.
+            batch_size: texts per forward pass; texts shorter than the input's average share larger batches, up to
+                the tokens of ``batch_size`` average texts, so no batch holds more tokens than ``batch_size`` of the
+                longest texts.
             normalize_embeddings: scale every vector to length 1 (then a dot product is the cosine similarity).
             max_length: truncate longer inputs to this many tokens. Default: the tokenizer's limit, capped at what
                 the model's position table holds (less the label tokens of ``pooling="label_tokens"``).
@@ -103,7 +104,7 @@ class SentenceEncoderMixin:
             total=len(inputs), disable=not show_progress_bar, desc="Encoding", unit="text"
         )
         try:
-            with torch.no_grad():
+            with torch.inference_mode():  # as sentence-transformers: no autograd bookkeeping at all
                 for start in range(0, len(inputs), BLOCK_SIZE):
                     block = _tokenize(tokenizer, inputs[start : start + BLOCK_SIZE], pairs, max_length)
                     for rows, batch in _sorted_batches(block, batch_size, pad_id):
@@ -125,6 +126,8 @@ class SentenceEncoderMixin:
             self.train(was_training)
         if result is None:  # no sentences
             result = torch.empty((0, *self._embedding_shape(label_index)), device=output_device)
+        elif keep_on_device:
+            result = result.clone()  # an inference tensor would refuse later autograd use; a copy is ordinary
         if single:
             result = result[0]
         return result if keep_on_device else result.numpy()
@@ -271,17 +274,18 @@ def _sorted_batches(
     """``(row indices, padded batch)``: texts sorted by token length, so a batch pads little, longest first, so a
     batch too large for the memory fails at once rather than at the end.
 
-    Batches are cut by a token budget rather than a count: ``batch_size`` texts of the block's average length,
-    padding included. Short texts then share larger batches (fewer passes, each with more work) and long texts go
-    in smaller ones; no batch holds more tokens, nor more attention scores, than ``batch_size`` texts of the longest
-    length would (the worst case of batches by count)."""
+    A batch holds ``batch_size`` texts, or more when they are shorter than the block's average: up to a token budget
+    of ``batch_size`` average texts, padding included. Short texts then share larger batches (fewer passes, each
+    with more work); long ones keep ``batch_size`` (smaller batches of long texts would only add passes on a CPU,
+    where a matrix product's cost per token hardly depends on the batch). No batch holds more tokens than
+    ``batch_size`` texts of the longest length would (the worst case of batches by count)."""
     lengths = [len(ids) for ids in block["input_ids"]]
     order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
     budget = batch_size * max(sum(lengths) / len(lengths), 1.0)
     start = 0
     while start < len(order):
         width = max(lengths[order[start]], 1)  # the longest text of the batch sets its padded width
-        stop = start + max(1, int(budget // width))
+        stop = start + max(batch_size, int(budget // width))
         rows = order[start:stop]
         yield (
             rows,

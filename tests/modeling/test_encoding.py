@@ -2,6 +2,7 @@
 Transformers user hits (pairs, dtypes, padding side, batch size 1, empty texts, train mode, PEFT, remote code)."""
 
 import json
+import random
 
 import pytest
 import torch
@@ -10,7 +11,8 @@ from torch.nn import functional as F
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from pooled_models import PooledForSequenceClassification, PooledModel
-from pooled_models.modeling.encoding import SENTENCE_TRANSFORMERS_FILES, similarity
+from pooled_models.modeling import encoding
+from pooled_models.modeling.encoding import SENTENCE_TRANSFORMERS_FILES, _sorted_batches, similarity
 
 # Of several lengths, in no order of length, so that sorting and restoring the order is exercised.
 TEXTS = [
@@ -64,6 +66,25 @@ def test_batch_size_does_not_change_the_vectors(tiny_backbone_path):
     alone = model.encode(texts, batch_size=1)
     together = model.encode(texts, batch_size=32)
     torch.testing.assert_close(torch.from_numpy(together), torch.from_numpy(alone), atol=1e-5, rtol=1e-5)
+
+
+def test_batches_hold_batch_size_texts_and_more_of_short_ones_within_the_token_budget():
+    lengths = [40] * 8 + [10] * 30 + [5] * 20  # a few long texts, many short ones, in no order
+    order = list(range(len(lengths)))
+    random.Random(0).shuffle(order)
+    block = {"input_ids": [[7] * lengths[row] for row in order]}
+    batches = list(_sorted_batches(block, batch_size=4, pad_id=0))
+    rows = [row for batch_rows, _ in batches for row in batch_rows]
+    assert sorted(rows) == list(range(len(lengths)))  # every text once
+    budget = 4 * sum(lengths) / len(lengths)
+    for batch_rows, batch in batches:
+        padded = batch["input_ids"].numel()
+        assert padded <= 4 * 40  # never more than batch_size of the longest texts
+        assert len(batch_rows) >= 4 or batch_rows == batches[-1][0]  # at least batch_size, but for the last
+        assert len(batch_rows) == 4 or padded <= budget  # more texts only within the budget
+        assert batch["attention_mask"].sum() == sum(len(block["input_ids"][row]) for row in batch_rows)
+    assert max(len(batch_rows) for batch_rows, _ in batches) > 4  # short texts did share larger batches
+    assert len(batches) < len(lengths) / 4  # so fewer passes than batches of 4
 
 
 def test_a_single_text_gives_one_vector_and_no_text_an_empty_matrix(tiny_backbone_path):
@@ -142,6 +163,9 @@ def test_device_and_output_type(tiny_backbone_path):
     model = build(tiny_backbone_path)
     on_cpu = model.encode(TEXTS, device="cpu", convert_to_numpy=False)
     assert isinstance(on_cpu, torch.Tensor) and on_cpu.device.type == "cpu" and on_cpu.dtype == torch.float32
+    assert not on_cpu.is_inference()  # computed under inference_mode, handed back as an ordinary tensor
+    weight = torch.ones(on_cpu.shape[1], requires_grad=True)
+    (on_cpu @ weight).sum().backward()  # usable in a graph, e.g. as a frozen feature for a trained layer
     assert model.device.type == "cpu"
 
 
@@ -208,15 +232,17 @@ def test_the_tokenizer_is_found_next_to_the_checkpoint_or_the_backbone(tiny_back
     torch.testing.assert_close(torch.from_numpy(reloaded.encode(TEXTS)), torch.from_numpy(expected))
 
 
-def test_a_progress_bar_on_long_inputs_or_when_asked(tiny_backbone_path, capsys):
+def test_a_progress_bar_on_long_inputs_or_when_asked(tiny_backbone_path, capsys, monkeypatch):
     model = build(tiny_backbone_path)
     model.encode(TEXTS)
     assert "Encoding" not in capsys.readouterr().err
     model.encode(TEXTS, show_progress_bar=True)
     assert "Encoding" in capsys.readouterr().err
-    model.encode(["a text"] * 600)
+    assert encoding.PROGRESS_BAR_FROM == 512  # the default the docstring and README state
+    monkeypatch.setattr(encoding, "PROGRESS_BAR_FROM", 20)  # a long input, without encoding 512 texts
+    model.encode(["a text"] * 20)
     assert "Encoding" in capsys.readouterr().err
-    model.encode(["a text"] * 600, show_progress_bar=False)
+    model.encode(["a text"] * 20, show_progress_bar=False)
     assert "Encoding" not in capsys.readouterr().err
 
 

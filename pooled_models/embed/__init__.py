@@ -1,7 +1,8 @@
-"""The embedding room: sentence-transformers folders from a pooled model (``export_sentence_transformers``) and the
-embedding CLI (``python -m pooled_models.embed``, ``pooled-embed``): texts in, embeddings, similarities and a
-heatmap out. Imports the model room, never the training room or the sweep. It needs the ``[embed]`` extra; without
-it, importing this package says so in one line instead of failing somewhere inside."""
+"""The embedding room: sentence-transformers folders from a pooled model (``export_sentence_transformers``), the
+labelled similarity heatmap (``save_similarity_heatmap``) and the embedding CLI (``python -m pooled_models.embed``,
+``pooled-embed``): texts in, embeddings, similarities and a heatmap out. Imports the model room, never the training
+room or the sweep. It needs the ``[embed]`` extra; without it, importing this package says so in one line instead
+of failing somewhere inside."""
 
 from importlib.util import find_spec
 
@@ -20,6 +21,7 @@ from .export import (  # noqa: E402  (after the check: a missing extra is named 
     export_sentence_transformers,
     sentence_transformers_route,
 )
+from .heatmap import MAX_TEXTS, save_similarity_heatmap  # noqa: E402
 
 __all__ = [
     "export_sentence_transformers",
@@ -27,4 +29,6 @@ __all__ = [
     "ExportError",
     "NATIVE_POOLING_MODES",
     "MODULE_CHOICES",
+    "save_similarity_heatmap",
+    "MAX_TEXTS",
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 __all__ = ["save_similarity_heatmap", "short_label", "MAX_TEXTS"]
 
 # Beyond this many texts the labels no longer fit a readable figure.
@@ -21,8 +23,11 @@ def short_label(index: int, text: str, width: int = LABEL_CHARACTERS) -> str:
     return f"{index}: {flat}"
 
 
-def save_similarity_heatmap(similarities, texts: list[str], path: str | Path, title: str) -> None:
-    """Write a PNG of the ``[n, n]`` similarity matrix, rows and columns labelled with the texts."""
+def save_similarity_heatmap(
+    similarities, texts: list[str], path: str | Path, title: str = "Cosine similarity"
+) -> None:
+    """Write a PNG of the ``[n, n]`` similarity matrix (a numpy array or a tensor, as ``model.similarity`` gives),
+    rows labelled with the numbered texts, columns with their numbers; at most ``MAX_TEXTS`` texts."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -31,6 +36,11 @@ def save_similarity_heatmap(similarities, texts: list[str], path: str | Path, ti
     count = len(texts)
     if count > MAX_TEXTS:
         raise ValueError(f"A heatmap of {count} texts is unreadable; pass at most {MAX_TEXTS}.")
+    similarities = np.asarray(similarities, dtype=np.float64)
+    if similarities.shape != (count, count):
+        raise ValueError(
+            f"similarities must be [{count}, {count}] for {count} texts, got {list(similarities.shape)}."
+        )
     labels = [short_label(index, text) for index, text in enumerate(texts)]
     side = 2.5 + 0.28 * count  # inches of matrix; the labels take their own room (tight bounding box)
     figure, axes = plt.subplots(figsize=(side + 1.5, side))

@@ -26,7 +26,9 @@ def checkpoint(tiny_backbone_path, tmp_path_factory):
     """A saved pooled classifier with its tokenizer, as train.py publishes one."""
     folder = tmp_path_factory.mktemp("checkpoint")
     torch.manual_seed(0)
-    model = PooledForSequenceClassification.from_backbone(tiny_backbone_path, pooling="attention", num_labels=2)
+    model = PooledForSequenceClassification.from_backbone(
+        tiny_backbone_path, pooling="attention", num_labels=2
+    )
     model.eval().save_pretrained(folder)
     AutoTokenizer.from_pretrained(tiny_backbone_path).save_pretrained(folder)
     return folder, model
@@ -69,7 +71,11 @@ def test_a_column_of_a_table(suffix, checkpoint, tmp_path, capsys):
     assert embed("--model", folder, "--input", path, "--column", "quote", "--output", tmp_path / "e.npy") == 0
     np.testing.assert_allclose(np.load(tmp_path / "e.npy"), model.encode(TEXTS), atol=1e-6)
     assert embed("--model", folder, "--input", path) == 2
-    missing = "line 1 has no key 'text'. Its keys" if suffix == ".jsonl" else "has no column 'text'. Its columns are"
+    missing = (
+        "line 1 has no key 'text'. Its keys"
+        if suffix == ".jsonl"
+        else "has no column 'text'. Its columns are"
+    )
     assert f"{path}{':' if suffix == '.jsonl' else ''} {missing}: id, quote." in capsys.readouterr().err
 
 
@@ -84,10 +90,25 @@ def test_bad_inputs_stop_with_one_line_before_the_model_loads(checkpoint, tmp_pa
         ("--input", tmp_path / "blank.txt"): "holds no texts",
         ("--input", tmp_path / "missing.txt"): "missing.txt: no such file",
         ("--input", tmp_path / "bad.jsonl"): "line 2: 'text' holds int 3, not text",
-        ("--input", tmp_path / "texts.txt", "--column", "quote"): "--column applies to .csv, .tsv, .jsonl files",
+        (
+            "--input",
+            tmp_path / "texts.txt",
+            "--column",
+            "quote",
+        ): "--column applies to .csv, .tsv, .jsonl files",
         ("--input", tmp_path / "texts.txt", "--output", tmp_path / "e.csv"): "--output must name a .npy file",
-        ("--input", tmp_path / "texts.txt", "--heatmap", tmp_path / "h.jpg"): "--heatmap must name a .png file",
-        ("--input", tmp_path / "texts.txt", "--pooling", "cls"): "is a pooled checkpoint with pooling='attention'",
+        (
+            "--input",
+            tmp_path / "texts.txt",
+            "--heatmap",
+            tmp_path / "h.jpg",
+        ): "--heatmap must name a .png file",
+        (
+            "--input",
+            tmp_path / "texts.txt",
+            "--pooling",
+            "cls",
+        ): "is a pooled checkpoint with pooling='attention'",
     }
     for flags, message in cases.items():
         assert embed("--model", folder, *flags) == 2, flags
@@ -102,7 +123,10 @@ def test_more_texts_than_a_heatmap_shows(checkpoint, tmp_path, capsys):
     (tmp_path / "texts.txt").write_text("\n".join(texts))
     assert embed("--model", folder, "--input", tmp_path / "texts.txt", "--heatmap", tmp_path / "h.png") == 0
     out = capsys.readouterr().out
-    assert f"{len(texts)} texts: a heatmap is readable up to {MAX_TEXTS}, so it shows the first {MAX_TEXTS}." in out
+    assert (
+        f"{len(texts)} texts: a heatmap is readable up to {MAX_TEXTS}, so it shows the first {MAX_TEXTS}."
+        in out
+    )
     assert png_size(tmp_path / "h.png")[1] > 1000  # one readable row per text
 
 
@@ -123,12 +147,21 @@ def test_label_tokens_one_label_or_every_label(tiny_backbone_path, tmp_path, cap
     model.save_pretrained(tmp_path / "model")
     AutoTokenizer.from_pretrained(tiny_backbone_path).save_pretrained(tmp_path / "model")
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS))
-    common = ["--model", tmp_path / "model", "--input", tmp_path / "texts.txt", "--heatmap", tmp_path / "h.png"]
+    common = [
+        "--model",
+        tmp_path / "model",
+        "--input",
+        tmp_path / "texts.txt",
+        "--heatmap",
+        tmp_path / "h.png",
+    ]
     assert embed(*common, "--output", tmp_path / "all.npy") == 0
     assert np.load(tmp_path / "all.npy").shape == (len(TEXTS), 2, 32)
     assert "cosine similarity (averaged over the 2 labels)" in capsys.readouterr().out
     assert embed(*common, "--output", tmp_path / "money.npy", "--label", "money") == 0
-    np.testing.assert_allclose(np.load(tmp_path / "money.npy"), np.load(tmp_path / "all.npy")[:, 1], atol=1e-6)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "money.npy"), np.load(tmp_path / "all.npy")[:, 1], atol=1e-6
+    )
     assert embed(*common, "--label", "sport") == 1
     assert "'sport' is not a label of this model" in capsys.readouterr().err
 
@@ -137,10 +170,18 @@ def test_the_cli_exports_a_sentence_transformers_folder(checkpoint, tmp_path):
     sentence_transformers = pytest.importorskip("sentence_transformers")
     folder, model = checkpoint
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS))
-    flags = ["--input", tmp_path / "texts.txt", "--export_sentence_transformers", tmp_path / "st", "--normalize"]
+    flags = [
+        "--input",
+        tmp_path / "texts.txt",
+        "--export_sentence_transformers",
+        tmp_path / "st",
+        "--normalize",
+    ]
     assert embed("--model", folder, *flags) == 0
     loaded = sentence_transformers.SentenceTransformer(str(tmp_path / "st"))
-    np.testing.assert_allclose(loaded.encode(TEXTS), model.encode(TEXTS, normalize_embeddings=True), atol=1e-5)
+    np.testing.assert_allclose(
+        loaded.encode(TEXTS), model.encode(TEXTS, normalize_embeddings=True), atol=1e-5
+    )
 
 
 @pytest.mark.slow  # a subprocess: the module entry point, as a user runs it

@@ -16,7 +16,6 @@ from pooled_models.embed import (
     export_sentence_transformers,
     sentence_transformers_route,
 )
-from pooled_models.embed import export as export_module
 
 SentenceTransformer = pytest.importorskip("sentence_transformers").SentenceTransformer
 
@@ -52,7 +51,9 @@ def assert_same(sentence_model, model, normalize=False):
 
 
 @pytest.mark.parametrize("pooling", sorted(set(EVERY_POOLING) - {"label_tokens"}))
-def test_an_exported_folder_gives_encodes_embeddings_in_sentence_transformers(pooling, tiny_backbone_path, tmp_path):
+def test_an_exported_folder_gives_encodes_embeddings_in_sentence_transformers(
+    pooling, tiny_backbone_path, tmp_path
+):
     model = build(tiny_backbone_path, pooling)
     route = sentence_transformers_route(model)
     assert route == ("native" if pooling in NATIVE else "pooled")
@@ -76,7 +77,9 @@ def test_normalized_export_ends_with_sentence_transformers_normalize(pooling, ti
     torch.testing.assert_close(torch.as_tensor(loaded.encode(TEXTS)).norm(dim=-1), torch.ones(len(TEXTS)))
 
 
-def test_a_classifier_exports_as_its_encoder_and_pooled_is_possible_for_native_poolings(tiny_backbone_path, tmp_path):
+def test_a_classifier_exports_as_its_encoder_and_pooled_is_possible_for_native_poolings(
+    tiny_backbone_path, tmp_path
+):
     classifier = build(tiny_backbone_path, "mean_max", PooledForSequenceClassification, num_labels=3)
     native = export_sentence_transformers(classifier, tmp_path / "native")
     pooled = export_sentence_transformers(classifier, tmp_path / "pooled", modules="pooled")
@@ -88,7 +91,9 @@ def test_a_classifier_exports_as_its_encoder_and_pooled_is_possible_for_native_p
 def test_what_cannot_be_exported_is_refused_with_the_reason(tiny_backbone_path, tmp_path):
     with pytest.raises(ExportError, match="one vector per label.*encode\\(texts, label=...\\)"):
         export_sentence_transformers(build(tiny_backbone_path, "label_tokens"), tmp_path / "labels")
-    with pytest.raises(ExportError, match="no module for pooling='lstm'. It has: cls, mean.*modules='pooled'"):
+    with pytest.raises(
+        ExportError, match="no module for pooling='lstm'. It has: cls, mean.*modules='pooled'"
+    ):
         export_sentence_transformers(build(tiny_backbone_path, "lstm"), tmp_path / "lstm", modules="native")
     with pytest.raises(ExportError, match="layer_token_pooling='attention'"):
         sentence_transformers_route(

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint bench bench-accuracy bench-throughput demo clean
+.PHONY: install test test-fast lint bench bench-accuracy bench-throughput bench-embeddings demo clean
 
 install: $(STAMP)
 
@@ -38,6 +38,10 @@ bench-accuracy: install
 # Real-token fraction and speed of train.py's batching against a vanilla Trainer (bench/throughput.py).
 bench-throughput: install
 	$(BIN)/python bench/throughput.py
+
+# encode against sentence-transformers on the packaged MiniLM and fortunes quotations: equal embeddings, throughput.
+bench-embeddings: install
+	$(BIN)/python bench/embeddings.py
 
 # The quickstart: fine-tunes the packaged MiniLM on the generated demo data, offline, in a few minutes on 2 CPU cores.
 # --overwrite_output_dir lets `make demo` run again: it replaces only a folder an earlier run wrote.

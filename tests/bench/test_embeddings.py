@@ -1,0 +1,33 @@
+"""bench/embeddings.py: the texts it chooses, and (slow) one short run in which both sides' embeddings agree."""
+
+import pytest
+from corpora.fortunes import FORTUNES_DIR
+from embeddings import LENGTHS, TOLERANCE, choose_by_length, main, workloads
+
+
+def test_texts_are_chosen_by_length_and_mixed_in_a_fixed_order():
+    texts = [f"{'x' * length}{index}" for index, length in enumerate(range(5, 600, 5))]
+    groups = choose_by_length(texts, per_length=4, seed=1)
+    assert list(groups) == ["short", "medium", "long"]
+    for name, chosen in groups.items():
+        low, high = LENGTHS[name]
+        assert len(chosen) == 4 and len(set(chosen)) == 4
+        assert all(low <= len(text) < high for text in chosen)
+    assert choose_by_length(texts, per_length=4, seed=1) == groups  # fixed by the seed
+    everything = choose_by_length(texts, per_length=1000)  # fewer texts than asked for: all of them
+    assert sorted(everything["short"]) == sorted(text for text in texts if len(text) < 80)
+    runs = workloads(groups, seed=1)
+    assert list(runs) == ["short", "medium", "long", "mixed"]
+    assert sorted(runs["mixed"]) == sorted(text for chosen in groups.values() for text in chosen)
+    assert runs["mixed"] != [text for chosen in groups.values() for text in chosen]  # shuffled
+
+
+@pytest.mark.slow  # loads all-MiniLM-L6-v2 twice and embeds a few dozen quotations
+@pytest.mark.skipif(not FORTUNES_DIR.is_dir(), reason="Debian's fortunes package is not installed")
+def test_a_short_run_finds_both_sides_embeddings_equal(capsys):
+    main(["--per-length", "4", "--rounds", "1", "--warmup", "0"])
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]  # no header
+    assert [row.split(" | ")[0] for row in table] == ["| short", "| medium", "| long", "| mixed"]
+    for row in table:
+        cells = row.strip("| ").split(" | ")
+        assert float(cells[-2]) <= TOLERANCE and cells[-1] == "yes", row

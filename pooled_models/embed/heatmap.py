@@ -47,7 +47,13 @@ def save_similarity_heatmap(
     # Cosine similarities lie in [-1, 1]; sentence embeddings rarely go below 0, so the scale starts at the lowest
     # value shown when that is above -1, which spreads the colours over the values that occur.
     low = min(0.0, float(similarities.min()))
-    image = axes.imshow(similarities, cmap="viridis", vmin=low, vmax=1.0)
+    # Every text is identical to itself: the diagonal's 1.0 would take the top of the scale and squeeze the values
+    # that matter (often below 0.5 between different texts) into a few dark colours. The scale ends at the largest
+    # value between different texts instead, and the colour bar's arrow says that the diagonal lies beyond it.
+    off_diagonal = similarities[~np.eye(count, dtype=bool)]
+    high = float(off_diagonal.max()) if off_diagonal.size else 1.0
+    high = 1.0 if high >= 1.0 or high <= low else high
+    image = axes.imshow(similarities, cmap="viridis", vmin=low, vmax=high)
     axes.set_xticks(range(count), labels=[str(index) for index in range(count)], fontsize=8)
     axes.set_yticks(range(count), labels=labels, fontsize=8)
     axes.set_xlabel("text (by number)")
@@ -56,8 +62,15 @@ def save_similarity_heatmap(
         for row in range(count):
             for column in range(count):
                 value = float(similarities[row, column])
-                colour = "black" if value > low + 0.6 * (1.0 - low) else "white"
+                colour = "black" if value > low + 0.6 * (high - low) else "white"
                 axes.text(column, row, f"{value:.2f}", ha="center", va="center", fontsize=7, color=colour)
-    figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04, label="cosine similarity")
+    figure.colorbar(
+        image,
+        ax=axes,
+        fraction=0.046,
+        pad=0.04,
+        label="cosine similarity",
+        extend="max" if high < 1.0 else "neither",
+    )
     figure.savefig(path, format="png", dpi=120, bbox_inches="tight")
     plt.close(figure)

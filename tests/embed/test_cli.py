@@ -1,5 +1,6 @@
 """pooled-embed: texts in (lines, csv, tsv, jsonl), embeddings, the most similar pairs and a heatmap out."""
 
+import io
 import subprocess
 import sys
 
@@ -194,4 +195,25 @@ def test_python_dash_m_pooled_models_embed(checkpoint, tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert f"Embedded {len(TEXTS)} texts" in result.stdout
+    np.testing.assert_allclose(np.load(tmp_path / "e.npy"), model.encode(TEXTS), atol=1e-6)
+
+
+def test_the_heatmap_takes_similaritys_tensor_and_refuses_what_it_cannot_draw(tmp_path):
+    from pooled_models.embed import save_similarity_heatmap
+
+    similarities = torch.tensor([[1.0, 0.3, -0.2], [0.3, 1.0, 0.1], [-0.2, 0.1, 1.0]])
+    save_similarity_heatmap(
+        similarities, TEXTS[:3], tmp_path / "h.png"
+    )  # a tensor, as model.similarity gives
+    assert png_size(tmp_path / "h.png")[0] > 300
+    with pytest.raises(ValueError, match=r"similarities must be \[2, 2\] for 2 texts, got \[3, 3\]"):
+        save_similarity_heatmap(similarities, TEXTS[:2], tmp_path / "h.png")
+    with pytest.raises(ValueError, match=f"pass at most {MAX_TEXTS}"):
+        save_similarity_heatmap(torch.eye(MAX_TEXTS + 1), ["t"] * (MAX_TEXTS + 1), tmp_path / "h.png")
+
+
+def test_texts_from_standard_input(checkpoint, tmp_path, monkeypatch):
+    folder, model = checkpoint
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(TEXTS) + "\n"))
+    assert embed("--model", folder, "--input", "-", "--output", tmp_path / "e.npy") == 0
     np.testing.assert_allclose(np.load(tmp_path / "e.npy"), model.encode(TEXTS), atol=1e-6)

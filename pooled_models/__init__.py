@@ -1,21 +1,29 @@
 """pooled_models: any pooling head on any Transformers backbone, as a first-class Transformers model.
 
 Importing the package registers ``PooledConfig`` (model_type ``"pooled"``) and the ``Pooled*`` models
-with ``AutoConfig``, ``AutoModel`` and ``AutoModelForSequenceClassification``, so pooled checkpoints load
-with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``. It imports the model room only (and
-``export_onnx``, which imports onnx when called): the
-CLI (``pooled_models.train``) and the sweep (``pooled_models.sweep``) need their extras and are imported on use.
+with ``AutoConfig``, ``AutoModel``, ``AutoModelForSequenceClassification`` and ``AutoModelForTokenClassification``,
+and ``PooledMultiTaskConfig`` (model_type ``"pooled_multitask"``) with ``AutoConfig`` and ``AutoModel``, so pooled
+checkpoints load with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``. It imports the model room
+only (and ``export_onnx``, which imports onnx when called): the CLI (``pooled_models.train``) and the sweep (``pooled_models.sweep``) need their extras and are imported on use.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
 from .export import export_onnx
+from .modeling.configuration_multitask import PooledMultiTaskConfig
 from .modeling.configuration_pooled import PooledConfig
 from .modeling.heads import Head, register_head
 from .modeling.label_tokens import LabelTokenInit
 from .modeling.layer_pooling import LayerPooler
 from .modeling.losses import MultiLabelLoss, register_multi_label_loss
+from .modeling.modeling_multitask import MultiTaskOutput, PooledForMultiTask
 from .modeling.modeling_pooled import PooledForSequenceClassification, PooledModel, PooledPreTrainedModel
+from .modeling.modeling_token import PooledForTokenClassification
 from .modeling.pooling import POOLERS, Pooler, TokenPooler, get_pooler_class, register_pooler
 from .modeling.registry import HEADS, LABEL_TOKEN_INITS, MULTI_LABEL_LOSSES, POOLINGS
 
@@ -26,6 +34,10 @@ __all__ = [
     "PooledPreTrainedModel",
     "PooledModel",
     "PooledForSequenceClassification",
+    "PooledForTokenClassification",
+    "PooledMultiTaskConfig",
+    "PooledForMultiTask",
+    "MultiTaskOutput",
     "POOLINGS",
     "POOLERS",
     "HEADS",
@@ -47,3 +59,6 @@ __all__ = [
 AutoConfig.register(PooledConfig.model_type, PooledConfig, exist_ok=True)
 AutoModel.register(PooledConfig, PooledModel, exist_ok=True)
 AutoModelForSequenceClassification.register(PooledConfig, PooledForSequenceClassification, exist_ok=True)
+AutoModelForTokenClassification.register(PooledConfig, PooledForTokenClassification, exist_ok=True)
+AutoConfig.register(PooledMultiTaskConfig.model_type, PooledMultiTaskConfig, exist_ok=True)
+AutoModel.register(PooledMultiTaskConfig, PooledForMultiTask, exist_ok=True)

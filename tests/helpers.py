@@ -149,6 +149,42 @@ def repad(batch, row: int, width: int, side: str):
     return {"input_ids": ids, "attention_mask": mask}
 
 
+# A multi-task model with one head of every kind and problem type.
+ENTITY_LABELS = {0: "O", 1: "B-ORDER", 2: "I-ORDER", 3: "B-PRODUCT", 4: "I-PRODUCT"}
+MULTITASK_TASKS = {
+    "team": {
+        "kind": "sequence",
+        "pooling": "attention",
+        "id2label": {0: "billing", 1: "delivery", 2: "tech"},
+    },
+    "topics": {
+        "kind": "sequence",
+        "pooling": "mean",
+        "problem_type": "multi_label_classification",
+        "id2label": {0: "refund", 1: "late", 2: "app"},
+    },
+    "urgency": {"kind": "sequence", "pooling": "cls", "problem_type": "regression", "num_labels": 1},
+    "entities": {"kind": "token", "id2label": ENTITY_LABELS},
+}
+
+
+def tiny_multitask_model(backbone: str = "bert", seed: int = 0, tasks=None, **settings):
+    """A PooledForMultiTask on a tiny random backbone (by default one task of every kind), in eval mode."""
+    import copy
+
+    import torch
+
+    from pooled_models import PooledForMultiTask, PooledMultiTaskConfig
+
+    torch.manual_seed(seed)
+    config = PooledMultiTaskConfig(
+        backbone_config=tiny_backbone_config(backbone),
+        tasks=copy.deepcopy(MULTITASK_TASKS if tasks is None else tasks),
+        **settings,
+    )
+    return PooledForMultiTask(config).eval()
+
+
 HIDDEN_STATE_POOLERS = sorted(
     name for name, cls in POOLERS.items() if issubclass(cls, (TokenPooler, LayerPooler))
 )
@@ -303,3 +339,45 @@ def run_without_package(script: str, cwd: Path) -> subprocess.CompletedProcess:
         text=True,
         timeout=300,
     )
+
+
+# ----------------------------------------------------------------------------------------------------
+# A fake Hub: what push_to_hub uploads lands in a folder
+# ----------------------------------------------------------------------------------------------------
+
+
+class FakeHubApi:
+    """Stands in for transformers' HfApi: records what push_to_hub would upload."""
+
+    def __init__(self, destination: Path):
+        self.destination = destination
+        self.repo_ids = []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.repo_ids.append(repo_id)
+        return type("RepoUrl", (), {"repo_id": repo_id})()
+
+    def create_commit(self, repo_id, operations, **kwargs):
+        import shutil
+
+        for operation in operations:
+            target = self.destination / operation.path_in_repo
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(operation.path_or_fileobj, target)
+        return f"https://huggingface.co/{repo_id}"
+
+
+def use_fake_hub(monkeypatch, destination: Path) -> FakeHubApi:
+    """Route transformers' uploads (push_to_hub) to ``destination`` for the rest of the test."""
+    import huggingface_hub
+    import transformers.utils.hub as transformers_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    api = FakeHubApi(destination)
+
+    def no_card_yet(*args, **kwargs):
+        raise EntryNotFoundError("a new repository has no model card")
+
+    monkeypatch.setattr(transformers_hub, "hf_api", lambda: api)
+    monkeypatch.setattr(huggingface_hub.ModelCard, "load", classmethod(no_card_yet))
+    return api

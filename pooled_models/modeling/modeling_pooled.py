@@ -74,6 +74,12 @@ class PooledPreTrainedModel(SentenceEncoderMixin, PreTrainedModel):
     _supports_attention_backend = True
     # Checkpoint keys of earlier layouts -> this class's (regex -> replacement, applied in order when loading).
     _legacy_key_mapping: ClassVar[dict[str, str]] = {}
+    # The Auto classes a saved checkpoint names in its config.json (a model type of its own sets its own).
+    auto_map_to_save: ClassVar[dict[str, str]] = AUTO_MAP
+    # The loss is a mean over the batch's rows (tokens), not a sum for Trainer to divide by num_items_in_batch: said
+    # here because Trainer reads a forward that takes **kwargs as one that does, and then neither divides the loss
+    # by the gradient accumulation steps nor leaves it alone across processes (it multiplies it by their number).
+    accepts_loss_kwargs = False
 
     def __init__(self, config: PooledConfig, *inputs, **kwargs):
         config.ensure_valid()  # a config edited by attribute is validated before modules are built from it
@@ -345,7 +351,7 @@ class PooledPreTrainedModel(SentenceEncoderMixin, PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         self._check_config_still_fits()  # never save a config its weights do not match
-        self.config.auto_map = dict(AUTO_MAP)
+        self.config.auto_map = dict(self.auto_map_to_save)
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_without_package
+from helpers import run_without_package, use_fake_hub
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, pipeline
 
 from pooled_models import PooledConfig, PooledForSequenceClassification, PooledModel
@@ -133,39 +133,9 @@ def test_without_the_package_remote_code_is_never_run_unasked(multi_label_folder
     assert "trust_remote_code=True" in result.stderr
 
 
-class FakeHubApi:
-    """Stands in for transformers' HfApi: records what push_to_hub would upload."""
-
-    def __init__(self, destination: Path):
-        self.destination = destination
-        self.repo_ids = []
-
-    def create_repo(self, repo_id, **kwargs):
-        self.repo_ids.append(repo_id)
-        return type("RepoUrl", (), {"repo_id": repo_id})()
-
-    def create_commit(self, repo_id, operations, **kwargs):
-        for operation in operations:
-            target = self.destination / operation.path_in_repo
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(operation.path_or_fileobj, target)
-        return f"https://huggingface.co/{repo_id}"
-
-
 @pytest.fixture
 def fake_hub(monkeypatch, tmp_path):
-    import huggingface_hub
-    import transformers.utils.hub as transformers_hub
-    from huggingface_hub.errors import EntryNotFoundError
-
-    api = FakeHubApi(tmp_path / "uploaded")
-
-    def no_card_yet(*args, **kwargs):
-        raise EntryNotFoundError("a new repository has no model card")
-
-    monkeypatch.setattr(transformers_hub, "hf_api", lambda: api)
-    monkeypatch.setattr(huggingface_hub.ModelCard, "load", classmethod(no_card_yet))
-    return api
+    return use_fake_hub(monkeypatch, tmp_path / "uploaded")
 
 
 @pytest.mark.slow  # uploads through a fake Hub, then loads in a fresh interpreter

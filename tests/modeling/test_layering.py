@@ -2,11 +2,15 @@
 embed), no import cycle, and the model room is exactly what travels next to a checkpoint."""
 
 import ast
+import json
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, tiny_model
+import torch
+from helpers import REPO, tiny_model, tiny_multitask_model
+
+from pooled_models import PooledForTokenClassification
 
 PACKAGE = REPO / "pooled_models"
 MODELING = PACKAGE / "modeling"
@@ -78,12 +82,32 @@ def test_a_model_file_imports_only_the_standard_library_torch_transformers_and_i
             assert top in sys.stdlib_module_names or top in ("torch", "transformers"), f"{path.name}: {line}"
 
 
-def test_the_files_saved_next_to_a_checkpoint_are_exactly_the_model_room(tmp_path):
+# The model files only a task model's checkpoint needs (a sequence classifier's does not name them in its auto_map).
+TASK_MODEL_FILES = {"modeling_token.py", "modeling_multitask.py", "configuration_multitask.py"}
+
+
+def saved_checkpoints(tmp_path):
+    """One checkpoint of every kind of pooled model: folder -> the model room files it must hold."""
+    every = {path.name for path in MODEL_FILES}
     # label_tokens: the pooling with the most modules behind it.
     for pooling, settings in (("mean", {}), ("label_tokens", {"label_token_init": "random"})):
         tiny_model(pooling, **settings).save_pretrained(tmp_path / pooling)
-        saved = {path.name for path in (tmp_path / pooling).glob("*.py")}
-        assert saved == {path.name for path in MODEL_FILES}, pooling
+        yield tmp_path / pooling, every - TASK_MODEL_FILES
+    torch.manual_seed(0)
+    token = tiny_model("mean", model_class=PooledForTokenClassification)
+    token.save_pretrained(tmp_path / "token")
+    yield tmp_path / "token", every - {"modeling_multitask.py", "configuration_multitask.py"}
+    tiny_multitask_model().save_pretrained(tmp_path / "multitask")
+    yield tmp_path / "multitask", every
+
+
+def test_the_files_saved_next_to_a_checkpoint_are_the_model_room_its_auto_map_needs(tmp_path):
+    for folder, expected in saved_checkpoints(tmp_path):
+        saved = {path.name for path in folder.glob("*.py")}
+        assert saved == expected, folder.name
+        auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
+        for reference in auto_map.values():
+            assert f"{reference.split('.')[0]}.py" in saved, (folder.name, reference)
 
 
 def test_rooms_import_one_way_and_leaves_import_no_room():

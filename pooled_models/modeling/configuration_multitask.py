@@ -1,0 +1,192 @@
+"""PooledMultiTaskConfig: one backbone's config and named tasks, each a sequence head or a token head.
+
+Each task's settings are ``PooledConfig`` settings (its pooling and the pooling's settings, its head, its labels and
+problem type, its multi-label loss...), so a task is validated by building the ``PooledConfig`` it describes around
+the shared backbone config: the same checks, the same clear errors (prefixed with the task's name), the same
+defaults filled in, and ``task_config(name)`` gives that config to the task's head and to ``export_head``.
+
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
+torch, transformers and its sibling model files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from transformers import AutoConfig
+from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
+
+from .configuration_pooled import PooledConfig, _clean_backbone_config
+from .heads import HEADS
+from .problem_types import SINGLE_LABEL
+
+__all__ = ["PooledMultiTaskConfig", "TASK_KINDS", "SEQUENCE", "TOKEN"]
+
+SEQUENCE = "sequence"  # one prediction per text: a pooler and a head
+TOKEN = "token"  # one prediction per token: a head over every token (NER, tagging)
+TASK_KINDS = (SEQUENCE, TOKEN)
+
+# Settings of the whole model rather than of one task: the backbone is shared, and so is what feeds it.
+SHARED_SETTINGS = ("backbone_config", "position_ids_from_mask", "initializer_range")
+LABEL_SETTINGS = ("id2label", "label2id", "num_labels", "problem_type")
+# A task's name becomes a module name (no dots) and part of metric names (eval_<task>_f1); "mean" names the mean of
+# every task's main metric (eval_mean_score).
+TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+RESERVED_TASK_NAMES = ("mean",)
+
+
+def _own_fields() -> list[str]:
+    """PooledConfig's own settings (pooling, head, losses...), without the base config's and the shared ones."""
+    base = {item.name for item in dataclasses.fields(PreTrainedConfig)}
+    return [
+        item.name
+        for item in dataclasses.fields(PooledConfig)
+        if item.name not in base and item.name not in SHARED_SETTINGS
+    ]
+
+
+def _token_settings() -> set[str]:
+    """What a token task may set: its labels and its head (a token head has no pooling and one loss)."""
+    return {"classifier_head", "classifier_dropout"} | HEADS.every_option() | set(LABEL_SETTINGS)
+
+
+class PooledMultiTaskConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`PooledForMultiTask`]: one Transformers backbone shared by named tasks, each with its own head.
+
+    Args:
+        backbone_config (`dict` or `PreTrainedConfig`, *optional*):
+            The backbone's configuration, of any model type built into Transformers, as in `PooledConfig`.
+        tasks (`dict[str, dict]`):
+            Task name -> its settings. Every task has a `kind`: `"sequence"` (one prediction per text: a pooling
+            and a head) or `"token"` (one label per token: NER, tagging). Its labels: `id2label` (or `num_labels`).
+            A sequence task takes any `PooledConfig` setting: `pooling` and the pooling's settings,
+            `classifier_head` and its settings, `problem_type` (`single_label_classification`,
+            `multi_label_classification`, `regression`; inferred from the first labels when unset),
+            `multi_label_loss`, `pos_weight`, `decision_threshold`. A token task takes `classifier_head`, its
+            settings and `classifier_dropout`. Names are letters, digits and `_`, starting with a letter.
+        position_ids_from_mask (`bool`, *optional*, defaults to `True`):
+            Derive the backbone's position ids from the attention mask (see `PooledConfig`).
+        initializer_range (`float`, *optional*):
+            Standard deviation used to initialise the poolers and heads. Defaults to the backbone's.
+
+    Every task is checked by building its `PooledConfig` (a setting that does not apply, an unknown pooling...,
+    raise a `ValueError` naming the task), and its settings are saved with their defaults filled in.
+    """
+
+    model_type = "pooled_multitask"
+    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+
+    backbone_config: dict | PreTrainedConfig | None = None
+    tasks: dict[str, dict[str, Any]] | None = None
+    position_ids_from_mask: bool = True
+    initializer_range: float | None = None
+
+    def __post_init__(self, **kwargs):
+        self.backbone_config = _clean_backbone_config(self.backbone_config)
+        super().__post_init__(**kwargs)
+        if self.initializer_range is None:
+            self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
+        if not isinstance(self.tasks, dict) or not self.tasks:
+            raise ValueError(
+                "tasks must be a mapping of task names to their settings, e.g. {'topic': {'kind': 'sequence', "
+                f"'id2label': {{0: 'a', 1: 'b'}}}}; got {self.tasks!r}."
+            )
+        self.tasks = {name: self._checked_task(name, settings) for name, settings in self.tasks.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        output = super().to_dict()
+        if isinstance(output.get("backbone_config"), dict):
+            output["backbone_config"].pop("_name_or_path", None)  # a local detail, as in PooledConfig
+        return output
+
+    @property
+    def hidden_size(self) -> int:
+        """The backbone's hidden size (read by Trainer/DeepSpeed helpers that expect it on the config)."""
+        return self.backbone_config.hidden_size
+
+    def kind(self, task: str) -> str:
+        return self.tasks[self._known(task)]["kind"]
+
+    def task_config(self, task: str) -> PooledConfig:
+        """The ``PooledConfig`` of one task: the shared backbone and the task's own settings. A sequence task's head
+        (and ``export_head``) is built from it; so is a token task's, whose pooling is left at the default."""
+        return self._build(
+            {key: value for key, value in self.tasks[self._known(task)].items() if key != "kind"}
+        )
+
+    def _known(self, task: str) -> str:
+        if task not in self.tasks:
+            raise ValueError(f"Unknown task {task!r}. This model's tasks are: {', '.join(self.tasks)}.")
+        return task
+
+    def _checked_task(self, name: Any, settings: Any) -> dict[str, Any]:
+        """The task's settings, checked and filled in with their defaults, as config.json saves them."""
+        if not isinstance(name, str) or not TASK_NAME.match(name) or name in RESERVED_TASK_NAMES:
+            raise ValueError(
+                f"Task name {name!r} is not allowed: use letters, digits and '_', starting with a letter "
+                f"(it becomes part of metric names such as eval_<task>_f1), and not {', '.join(RESERVED_TASK_NAMES)}."
+            )
+        if not isinstance(settings, dict):
+            raise ValueError(f"tasks[{name!r}] must be a mapping of settings, got {type(settings).__name__}.")
+        settings = dict(settings)
+        kind = settings.pop("kind", None)
+        if kind not in TASK_KINDS:
+            raise ValueError(
+                f"tasks[{name!r}] needs a kind: one of {', '.join(map(repr, TASK_KINDS))}; got {kind!r}."
+            )
+        allowed = set(_own_fields()) | set(LABEL_SETTINGS) if kind == SEQUENCE else _token_settings()
+        unknown = sorted(set(settings) - allowed)
+        if unknown:
+            shared = [key for key in unknown if key in SHARED_SETTINGS]
+            where = (
+                " is a setting of the whole model (the backbone is shared), not of a task"
+                if shared
+                else (
+                    " does not apply to a token task, which has no pooling and one loss (cross-entropy per token)"
+                    if kind == TOKEN and unknown[0] in _own_fields()
+                    else " is not a setting"
+                )
+            )
+            raise ValueError(
+                f"tasks[{name!r}]: {unknown[0]!r}{where}. The settings of a {kind} task are: "
+                f"kind, {', '.join(sorted(allowed))}."
+            )
+        if "id2label" in settings and isinstance(settings["id2label"], dict):
+            # JSON turns the ids into strings; Transformers does the same conversion for a config's own id2label.
+            settings["id2label"] = {int(key): value for key, value in settings["id2label"].items()}
+        settings.pop("label2id", None)  # derived from id2label
+        if "id2label" not in settings and "num_labels" not in settings:
+            raise ValueError(f"tasks[{name!r}] needs its labels: id2label (or num_labels).")
+        if kind == TOKEN:
+            if settings.get("problem_type", SINGLE_LABEL) != SINGLE_LABEL:
+                raise ValueError(
+                    f"tasks[{name!r}] is a token task: each token gets one label (problem_type "
+                    f"{SINGLE_LABEL!r}), not {settings['problem_type']!r}."
+                )
+            settings["problem_type"] = SINGLE_LABEL
+        try:
+            built = self._build(settings)
+        except ValueError as error:
+            raise ValueError(f"tasks[{name!r}]: {error}") from error
+        keep = _own_fields() if kind == SEQUENCE else sorted(_token_settings() - set(LABEL_SETTINGS))
+        filled = {key: getattr(built, key) for key in keep if getattr(built, key, None) is not None}
+        return {
+            "kind": kind,
+            "id2label": dict(built.id2label),
+            "problem_type": built.problem_type,
+            **filled,
+        }
+
+    def _build(self, settings: dict[str, Any]) -> PooledConfig:
+        return PooledConfig(
+            backbone_config=self.backbone_config,
+            position_ids_from_mask=self.position_ids_from_mask,
+            initializer_range=self.initializer_range,
+            **settings,
+        )
+
+
+PooledMultiTaskConfig.register_for_auto_class()

@@ -30,6 +30,7 @@ from ..modeling.problem_types import PROBLEM_TYPES
 from ..modeling.registry import POOLINGS
 from ..thresholds import AVERAGES
 from .errors import UsageError, program_name
+from .sampling import SAMPLING_STRATEGIES
 
 __all__ = [
     "ModelArguments",
@@ -334,6 +335,34 @@ class DataArguments:
             "help": "After saving, classify these texts with pipeline() from the saved folder and print them."
         },
     )
+    # Token classification and multi-task runs (train/token_data.py, train/task_specs.py; README).
+    tags_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Token classification (NER, tagging): the column holding each row's tags, one per word; setting "
+            "it makes the run a token-classification run. CoNLL files (.conll) are read into the columns 'words' "
+            "and 'tags'."
+        },
+    )
+    words_column: str = field(
+        default="words",
+        metadata={"help": "Token classification: the column holding each row's words (a list of strings)."},
+    )
+    label_all_subtokens: bool = field(
+        default=False,
+        metadata={
+            "help": "Token classification: give every sub-token of a word the word's tag (B- continued as I-), "
+            "not only the first (the default; the others are then left out of the loss and the metrics)."
+        },
+    )
+    tasks: JSONValue | None = field(
+        default=None,
+        metadata={
+            "help": "Multi-task: task name -> its kind (sequence or token), data files and columns, head settings "
+            "and training settings (loss_weight, head_learning_rate, start_epoch, freeze_head). Given in a config "
+            "file; see the README's multi-task section."
+        },
+    )
 
     def files(self) -> dict[str, str | None]:
         """The local file of each split: ``{"train": ..., "validation": ..., "test": ...}`` (None where not given)."""
@@ -354,6 +383,10 @@ class DataArguments:
             raise UsageError(f"max_seq_length must be >= 1, got {self.max_seq_length}.")
         if self.label_separator == "":
             raise UsageError("label_separator must not be empty.")
+        if self.tasks is not None and self.tags_column is not None:
+            raise UsageError(
+                "tags_column names the tags of a single-task run; in a multi-task run, set it per task."
+            )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -455,16 +488,39 @@ class PooledTrainingArguments(TrainingArguments):
     threshold_average: Literal["micro", "macro"] = field(
         default="micro", metadata={"help": "The F1 that tune_thresholds maximises: micro- or macro-averaged."}
     )
+    task_sampling: Literal["proportional", "temperature", "round_robin"] = field(
+        default="proportional",
+        metadata={
+            "help": "Multi-task: which task each batch comes from. 'proportional': by task size (an epoch is one "
+            "pass over every task); 'temperature': by size ** sampling_alpha; 'round_robin': the tasks take turns."
+        },
+    )
+    sampling_alpha: float = field(
+        default=0.5,
+        metadata={
+            "help": "Multi-task, task_sampling temperature: the exponent of the task sizes (1 = proportional, 0 = uniform)."
+        },
+    )
 
     def __post_init__(self):
         if self.output_dir is None:
             raise UsageError("output_dir is required: the folder the trained model is saved in.")
         # A config file's values bypass argparse's choices.
-        for name, valid in (("tune_thresholds", THRESHOLD_TUNING), ("threshold_average", AVERAGES)):
+        for name, valid in (
+            ("tune_thresholds", THRESHOLD_TUNING),
+            ("threshold_average", AVERAGES),
+            ("task_sampling", SAMPLING_STRATEGIES),
+        ):
             if getattr(self, name) not in valid:
                 raise UsageError(
                     f"Unknown {name} {getattr(self, name)!r}. Valid choices: {', '.join(valid)}."
                 )
+        if (
+            isinstance(self.sampling_alpha, bool)
+            or not isinstance(self.sampling_alpha, (int, float))
+            or self.sampling_alpha < 0
+        ):
+            raise UsageError(f"sampling_alpha must be a number >= 0, got {self.sampling_alpha!r}.")
         if self.head_learning_rate is not None and self.head_learning_rate < 0:
             raise UsageError(f"head_learning_rate must be >= 0, got {self.head_learning_rate}.")
         if self.early_stopping_patience is not None:

@@ -10,7 +10,9 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
 from ..modeling.backbone import position_offset
+from ..modeling.configuration_multitask import PooledMultiTaskConfig
 from ..modeling.configuration_pooled import PooledConfig
+from ..modeling.modeling_multitask import MULTITASK_AUTO_MAP
 from ..modeling.modeling_pooled import AUTO_MAP, PooledForSequenceClassification, PooledPreTrainedModel
 from ..modeling.problem_types import MULTI_LABEL
 from ..thresholds import positive_weights
@@ -20,7 +22,9 @@ from .errors import UsageError
 from .label_space import Labels
 
 __all__ = [
+    "MULTI_LABEL_DEFAULT_LOSS",
     "saved_pooled_config",
+    "saved_model_config",
     "resolve_pos_weight",
     "resolve_multi_label_loss",
     "build_model",
@@ -37,8 +41,27 @@ def saved_pooled_config(model_args) -> PooledConfig | None:
     """The config of a model saved by train.py, when ``model_name_or_path`` is one; None for a plain backbone.
 
     Refuses, before anything is written, a model whose config.json names code to run (``custom_pipelines``, an
-    ``auto_map`` other than pooled_models' own) and a local folder whose weights are not safetensors.
+    ``auto_map`` other than pooled_models' own) and a local folder whose weights are not safetensors; and a multi-task
+    model, which only a multi-task run (a config file with ``tasks``) continues.
     """
+    config = saved_model_config(model_args)
+    if isinstance(config, PooledMultiTaskConfig):
+        raise UsageError(
+            f"{model_args.model_name_or_path} is a multi-task model; a run continues it with a config file listing its "
+            f"tasks ({', '.join(config.tasks)}), or export one head with PooledForMultiTask.export_head."
+        )
+    if isinstance(config, PooledConfig) and config.architectures == ["PooledForTokenClassification"]:
+        raise UsageError(
+            f"{model_args.model_name_or_path} is a token classifier; a token-classification run (--tags_column) "
+            "continues it."
+        )
+    return config
+
+
+def saved_model_config(model_args) -> PooledConfig | PooledMultiTaskConfig | None:
+    """The config of a model saved by train.py (a pooled classifier, a token classifier or a multi-task model), when
+    ``model_name_or_path`` is one; None for a plain backbone. Refuses code references and pickled weights, as
+    ``saved_pooled_config`` says."""
     name = model_args.model_name_or_path
     hub_kwargs = {"revision": model_args.model_revision, "cache_dir": model_args.cache_dir}
     try:
@@ -48,17 +71,27 @@ def saved_pooled_config(model_args) -> PooledConfig | None:
     except (OSError, ValueError) as error:
         raise UsageError(f"Cannot load the model {name!r}: {' '.join(str(error).split())}") from error
     _require_safetensors(name)
-    return config if isinstance(config, PooledConfig) else None
+    return config if isinstance(config, (PooledConfig, PooledMultiTaskConfig)) else None
+
+
+# The auto_map entries a checkpoint of ours names: a pooled model's (a token classifier's adds its class), or a
+# multi-task model's. Anything else names code of someone else's.
+OUR_AUTO_MAPS = (
+    {**AUTO_MAP, "AutoModelForTokenClassification": "modeling_token.PooledForTokenClassification"},
+    MULTITASK_AUTO_MAP,
+)
 
 
 def _refuse_code_references(name: str, config_dict: dict) -> None:
     found = [key for key in ("custom_pipelines", "trust_remote_code") if config_dict.get(key)]
     auto_map = config_dict.get("auto_map") or {}
-    foreign = (
-        {key: value for key, value in auto_map.items() if AUTO_MAP.get(key) != value}
-        if isinstance(auto_map, dict)
-        else {"auto_map": auto_map}
-    )
+    if isinstance(auto_map, dict):
+        ours = next(
+            (known for known in OUR_AUTO_MAPS if known.get("AutoConfig") == auto_map.get("AutoConfig")), {}
+        )
+        foreign = {key: value for key, value in auto_map.items() if ours.get(key) != value}
+    else:
+        foreign = {"auto_map": auto_map}
     if foreign:
         found.append(f"auto_map ({', '.join(f'{key}: {value}' for key, value in foreign.items())})")
     if found:

@@ -33,6 +33,7 @@ from .model_setup import (
     resolve_pos_weight,
     saved_pooled_config,
 )
+from .multitask import run_tasks
 from .outputs import (
     PREDICTIONS_FILE,
     RESULTS_FILE,
@@ -45,6 +46,7 @@ from .outputs import (
 )
 from .packaged import resolve_backbone
 from .staging import StagedOutputDir
+from .task_specs import is_task_run
 from .threshold_tuning import ThresholdPlan, plan_thresholds, tune_on_validation
 from .trainer import PooledTrainer, callbacks_for, freeze_backbone
 
@@ -126,6 +128,19 @@ def _locked_run(
     if training_args.should_save:
         staging.check(resuming=checkpoint is not None)
     set_seed(training_args.seed)
+    if is_task_run(data_args):  # token classification, or several tasks on one backbone: train/multitask.py
+        result = run_tasks(
+            staging,
+            model_args,
+            data_args,
+            training_args,
+            callbacks,
+            checkpoint,
+            roles,
+            base_model,
+            _report_failure,
+        )
+        return RunResult(result.output_dir, result.metrics, result.examples, result.parameters)
 
     saved_config = saved_pooled_config(model_args)
     splits, labels = prepare_splits(

@@ -7,7 +7,7 @@ from torch.utils.data import SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from ..modeling.modeling_pooled import PooledForSequenceClassification
+from ..modeling.modeling_pooled import PooledPreTrainedModel
 from .batching import LengthSortedSampler, restore_input_order, token_lengths
 from .model_setup import backbone_of
 
@@ -24,12 +24,13 @@ __all__ = [
 
 
 def head_parameters(model) -> set[int]:
-    """ids of the parameters that start from random weights: the pooler's and the classification head's.
+    """ids of the parameters that start from random weights: the pooler's and the classification head's (every
+    head's, for a multi-task model).
 
     For another model (the sweep's vanilla baseline) they are the ones named in its
     ``newly_initialized_parameters``: those ``from_pretrained`` found no weights for.
     """
-    if isinstance(model, PooledForSequenceClassification):
+    if isinstance(model, PooledPreTrainedModel) and hasattr(model, "head_parameters"):
         return {id(parameter) for parameter in model.head_parameters()}
     new = set(getattr(model, "newly_initialized_parameters", ()))
     return {id(parameter) for name, parameter in model.named_parameters() if name in new}
@@ -86,26 +87,38 @@ class PooledTrainer(Trainer):
             label_ids=restore_input_order(output.label_ids, order),
         )
 
-    def create_optimizer(self, model=None):
+    def parameter_learning_rates(self, model) -> dict[int, float]:
+        """id of a parameter -> its learning rate, for the parameters that do not train at ``args.learning_rate``:
+        the pooler and head (a subclass may give other parts their own)."""
         head_learning_rate = getattr(self.args, "head_learning_rate", None)
-        if self.optimizer is not None or head_learning_rate is None:
-            return super().create_optimizer(model)
+        if head_learning_rate is None:
+            return {}
+        return dict.fromkeys(head_parameters(model), head_learning_rate)
+
+    def create_optimizer(self, model=None):
         opt_model = self.model if model is None else model
-        head = head_parameters(self.accelerator.unwrap_model(opt_model))
+        rates = (
+            {}
+            if self.optimizer is not None
+            else self.parameter_learning_rates(self.accelerator.unwrap_model(opt_model))
+        )
+        if not rates:
+            return super().create_optimizer(model)
         decay = set(self.get_decay_parameter_names(opt_model))
-        groups: dict[tuple[bool, bool], list] = {}
+        groups: dict[tuple[float, bool], list] = {}
         for name, parameter in opt_model.named_parameters():
             if parameter.requires_grad:
-                groups.setdefault((id(parameter) in head, name in decay), []).append(parameter)
+                rate = rates.get(id(parameter), self.args.learning_rate)
+                groups.setdefault((rate, name in decay), []).append(parameter)
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
         self.optimizer = optimizer_cls(
             [
                 {
                     "params": parameters,
-                    "lr": head_learning_rate if is_head else self.args.learning_rate,
+                    "lr": rate,
                     "weight_decay": self.args.weight_decay if decays else 0.0,
                 }
-                for (is_head, decays), parameters in groups.items()
+                for (rate, decays), parameters in groups.items()
             ],
             **optimizer_kwargs,
         )

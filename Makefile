@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint bench bench-accuracy bench-throughput bench-embeddings demo clean
+.PHONY: install test test-fast lint bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
 
 install: $(STAMP)
 
@@ -47,6 +47,14 @@ bench-embeddings: install
 # --overwrite_output_dir lets `make demo` run again: it replaces only a folder an earlier run wrote.
 demo: install
 	$(BIN)/python train.py configs/quickstart.yaml --overwrite_output_dir
+
+# The multi-task quickstart: one MiniLM routes support messages to a team and extracts their entities, offline.
+demo-multitask: install
+	$(BIN)/python train.py configs/multitask_demo.yaml --overwrite_output_dir
+
+# Multi-task against separate single-task models, and the task sampling strategies (bench/multitask.py).
+bench-multitask: install
+	$(BIN)/python bench/multitask.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

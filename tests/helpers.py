@@ -227,6 +227,27 @@ def multi_label_rows(count: int, seed: int = 0) -> list[dict]:
     return rows
 
 
+CITIES = [["Paris"], ["Rome"], ["New", "York"], ["Oslo"], ["Buenos", "Aires"]]
+
+
+def entity_rows(count: int, seed: int = 0) -> list[dict]:
+    """Rows for token classification and a sequence task on the same texts: a topic's keywords among filler words and
+    one or two city names; ``words`` with BIO ``tags`` (``B-LOC``, ``I-LOC``, ``O``), ``text`` and its topic ``label``."""
+    rng = random.Random(seed)
+    rows = []
+    for index in range(count):
+        topic = list(WORDS)[index % len(WORDS)]
+        words = sentence(rng, topic, 4).split()
+        tags = ["O"] * len(words)
+        for _ in range(1 + index % 2):
+            city = rng.choice(CITIES)
+            at = rng.randrange(len(words) + 1)
+            words[at:at] = city
+            tags[at:at] = ["B-LOC"] + ["I-LOC"] * (len(city) - 1)
+        rows.append({"text": " ".join(words), "label": topic, "words": words, "tags": tags})
+    return rows
+
+
 def pair_regression_rows(count: int, seed: int = 0) -> list[dict]:
     """Sentence pairs scored by topic overlap (1.0 same topic, 0.0 different) plus noise."""
     rng = random.Random(seed)

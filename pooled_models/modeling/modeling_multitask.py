@@ -341,9 +341,12 @@ class PooledForMultiTask(PooledPreTrainedModel):
             name: dict(settings) if isinstance(settings, dict) else settings
             for name, settings in (tasks or {}).items()
         }
-        for settings in tasks.values():
+        for name, settings in tasks.items():
             if isinstance(settings, dict) and settings.get("kind") == SEQUENCE and "pooling" in settings:
-                pooling = POOLINGS.lookup(settings["pooling"])
+                try:
+                    pooling = POOLINGS.lookup(settings["pooling"])
+                except ValueError as error:
+                    raise ValueError(f"tasks[{name!r}]: {error}") from error
                 settings.update(pooling.tokenizer_settings(settings, load_tokenizer))
         config = PooledMultiTaskConfig(backbone_config=backbone_config, tasks=tasks, **config_kwargs)
         backbone = load_backbone(backbone_name_or_path, config.backbone_config, **backbone_kwargs)

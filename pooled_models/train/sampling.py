@@ -32,22 +32,23 @@ SAMPLING_STRATEGIES = ("proportional", "temperature", "round_robin")
 
 
 def task_shares(weights: dict[str, float], total: int, minimum: int = 1) -> dict[str, int]:
-    """``total`` split among the tasks in proportion to ``weights`` (largest remainders; ties in task order), each
-    task getting at least ``minimum`` when there are enough to go round."""
+    """``total`` split among the tasks in proportion to ``weights`` (largest remainders; ties in task order); a task
+    whose share rounds below ``minimum`` gets it from the largest share, when there are enough to go round."""
     names = list(weights)
     if not names:
         return {}
-    floor = minimum if total >= minimum * len(names) else 0
-    left = total - floor * len(names)
     whole = sum(weights.values())
-    exact = {name: left * weights[name] / whole for name in names}
-    shares = {name: floor + math.floor(exact[name]) for name in names}
-    remainder = total - sum(shares.values())
-    by_fraction = sorted(
-        names, key=lambda name: (-(exact[name] - math.floor(exact[name])), names.index(name))
-    )
-    for name in by_fraction[:remainder]:
+    exact = {name: total * weights[name] / whole for name in names}
+    shares = {name: math.floor(exact[name]) for name in names}
+    by_fraction = sorted(names, key=lambda name: (-(exact[name] - shares[name]), names.index(name)))
+    for name in by_fraction[: total - sum(shares.values())]:
         shares[name] += 1
+    if total >= minimum * len(names):
+        for name in names:
+            while shares[name] < minimum:
+                largest = max(names, key=lambda other: shares[other])
+                shares[largest] -= 1
+                shares[name] += 1
     return shares
 
 

@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from datasets import Dataset, Sequence, Value
+from datasets import Dataset, Features, Sequence, Value
 
 from .data import Split, _read_file, load_splits
 from .errors import DataError, UsageError, where
@@ -79,7 +79,7 @@ def read_conll(path: Path) -> Dataset:
 
 
 def _features():
-    return {"words": Sequence(Value("string")), "tags": Sequence(Value("string"))}
+    return Features({"words": Sequence(Value("string")), "tags": Sequence(Value("string"))})
 
 
 def load_token_splits(data_args, wanted: list[str], cache_dir: str | None = None) -> dict[str, Split]:

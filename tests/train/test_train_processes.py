@@ -295,3 +295,96 @@ def test_thresholds_tuned_on_two_processes_are_the_same_everywhere_and_fit_all_v
     assert saved == pytest.approx(
         tune_thresholds(torch.sigmoid(logits).numpy(), targets, per_label=True), abs=1e-4
     )
+
+
+# train.py's run with the multi-task trainer's loss recording, per process, the task of each training batch.
+TASK_RECORDING_RUN = textwrap.dedent(
+    """
+    import json, sys
+    from pooled_models.train.multitask_trainer import MultiTaskTrainer
+    from pooled_models.train.run import run
+
+    original = MultiTaskTrainer.compute_loss
+
+    def recording(self, model, inputs, *args, **kwargs):
+        if model.training:
+            with open(f"tasks-{self.args.process_index}.jsonl", "a") as handle:
+                handle.write(json.dumps([self.state.global_step, inputs["task"], len(inputs["input_ids"])]) + "\\n")
+        return original(self, model, inputs, *args, **kwargs)
+
+    MultiTaskTrainer.compute_loss = recording
+    run(sys.argv[1:])
+    """
+)
+
+
+def test_a_multitask_run_on_two_processes_trains_one_task_per_step_everywhere(tiny_backbone_path, tmp_path):
+    import yaml
+    from helpers import entity_rows
+
+    from pooled_models import PooledForMultiTask
+
+    files = {
+        split: write_rows(tmp_path / f"{split}.jsonl", entity_rows(size, seed))
+        for split, (size, seed) in {"train": (40, 0), "validation": (12, 1)}.items()
+    }
+    small = write_rows(tmp_path / "small.jsonl", entity_rows(12, 5))
+    config = {
+        "task_sampling": "temperature",
+        "tasks": {
+            "topic": {
+                "kind": "sequence",
+                "train_file": str(files["train"]),
+                "validation_file": str(files["validation"]),
+            },
+            "places": {
+                "kind": "token",
+                "train_file": str(small),
+                "validation_file": str(files["validation"]),
+            },
+        },
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    script = tmp_path / "run_recording_tasks.py"
+    script.write_text(TASK_RECORDING_RUN)
+    output_dir = tmp_path / "out"
+    command = accelerate_command(
+        "ddp",
+        script,
+        str(tmp_path / "config.yaml"),
+        "--model_name_or_path",
+        tiny_backbone_path,
+        "--do_train",
+        "--do_eval",
+        "--output_dir",
+        str(output_dir),
+        *FAST,
+        "--num_train_epochs",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+    )
+    result = subprocess.run(
+        command,
+        env={**environment(), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    metrics = json.loads((output_dir / "all_results.json").read_text())
+    assert metrics["world_size"] == 2 and "eval_places_f1" in metrics and "eval_topic_f1_macro" in metrics
+    steps = [
+        [json.loads(line) for line in (tmp_path / f"tasks-{process}.jsonl").read_text().splitlines()]
+        for process in (0, 1)
+    ]
+    # The same task on both processes at every step, both tasks trained, each process its own rows.
+    assert [(step, task) for step, task, _ in steps[0]] == [(step, task) for step, task, _ in steps[1]]
+    assert {task for _, task, _ in steps[0]} == {"topic", "places"}
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    # 40 + 12 rows in batches of 4: 13 batches an epoch, in pairs (one per process): 7 steps an epoch.
+    assert state["global_step"] == 14 and len(steps[0]) == 14
+    model = PooledForMultiTask.from_pretrained(output_dir)
+    assert set(model.config.tasks) == {"topic", "places"}
+    assert leftovers(output_dir) == [output_dir]

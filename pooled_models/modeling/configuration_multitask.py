@@ -11,6 +11,7 @@ torch, transformers and its sibling model files.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from typing import Any
@@ -20,9 +21,10 @@ from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
 
 from .configuration_pooled import PooledConfig, _clean_backbone_config
 from .heads import HEADS
+from .pooling import POOLINGS
 from .problem_types import SINGLE_LABEL
 
-__all__ = ["PooledMultiTaskConfig", "TASK_KINDS", "SEQUENCE", "TOKEN"]
+__all__ = ["PooledMultiTaskConfig", "TASK_KINDS", "SEQUENCE", "TOKEN", "RUNTIME_SETTINGS"]
 
 SEQUENCE = "sequence"  # one prediction per text: a pooler and a head
 TOKEN = "token"  # one prediction per token: a head over every token (NER, tagging)
@@ -35,6 +37,21 @@ LABEL_SETTINGS = ("id2label", "label2id", "num_labels", "problem_type")
 # every task's main metric (eval_mean_score).
 TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 RESERVED_TASK_NAMES = ("mean",)
+# The task settings a built model follows without rebuilding a head: they are read when the loss is computed or a
+# decision is made (train.py infers the problem type, tunes the thresholds, computes the positive weights).
+RUNTIME_SETTINGS = (
+    "problem_type",
+    "pos_weight",
+    "decision_threshold",
+    "multi_label_loss",
+    "focal_gamma",
+    "asymmetric_gamma_neg",
+    "asymmetric_gamma_pos",
+    "asymmetric_clip",
+)
+# Settings of the whole model that are checked again when changed after construction (by attribute, or by
+# from_pretrained's keywords, which transformers sets one by one after __init__).
+VALIDATED = ("tasks", "position_ids_from_mask", "initializer_range")
 
 
 def _own_fields() -> list[str]:
@@ -89,18 +106,65 @@ class PooledMultiTaskConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
+        self._validate()
+
+    # -- validation -----------------------------------------------------------------------------------------
+    # PooledConfig tracks attribute edits; a multi-task config's settings are mostly nested (config.tasks["team"]
+    # ["pooling"] = "max" bypasses __setattr__), so it keeps a copy of what it last validated and validates again
+    # whenever the settings differ from that copy: after from_pretrained's keywords, attribute or nested edits.
+
+    def _validate(self) -> None:
         if not isinstance(self.tasks, dict) or not self.tasks:
             raise ValueError(
                 "tasks must be a mapping of task names to their settings, e.g. {'topic': {'kind': 'sequence', "
                 f"'id2label': {{0: 'a', 1: 'b'}}}}; got {self.tasks!r}."
             )
-        self.tasks = {name: self._checked_task(name, settings) for name, settings in self.tasks.items()}
+        tasks = {name: self._checked_task(name, settings) for name, settings in self.tasks.items()}
+        object.__setattr__(self, "tasks", tasks)
+        # Private state, kept out of config.json (to_dict): the settings as last validated.
+        object.__setattr__(self, "_validated", self._current())
+
+    def _current(self) -> dict[str, Any]:
+        return copy.deepcopy({name: getattr(self, name, None) for name in VALIDATED})
+
+    @property
+    def has_pending_changes(self) -> bool:
+        """True when settings changed (by attribute, nested or not) since the config was last validated."""
+        validated = self.__dict__.get("_validated")
+        return validated is not None and validated != {name: getattr(self, name, None) for name in VALIDATED}
+
+    def ensure_valid(self) -> None:
+        """Validate the tasks again if any setting changed since the last validation (a no-op when none did)."""
+        if self.has_pending_changes:
+            self._validate()
+
+    def structure(self) -> dict[str, Any]:
+        """What a built model's modules depend on, per task: its kind, pooling and head with their settings, and
+        the number of labels. A model cannot follow a change of these (it keeps its modules); loading it again can."""
+        shaping = {"kind", "pooling", "classifier_head"} | POOLINGS.every_option() | HEADS.every_option()
+        return {
+            name: {
+                "num_labels": len(settings["id2label"]),
+                **{key: value for key, value in settings.items() if key in shaping},
+            }
+            for name, settings in self.tasks.items()
+        }
+
+    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
+        self.ensure_valid()  # never save settings that would not load back
+        return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()
+        output.pop("_validated", None)
         if isinstance(output.get("backbone_config"), dict):
             output["backbone_config"].pop("_name_or_path", None)  # a local detail, as in PooledConfig
         return output
+
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """The backbone's config, which holds the text settings (``vocab_size``...): transformers reads and writes
+        them through this method (``resize_token_embeddings`` sets ``vocab_size`` on it), as for PooledConfig."""
+        return self.backbone_config.get_text_config(decoder=decoder, encoder=encoder)
 
     @property
     def hidden_size(self) -> int:

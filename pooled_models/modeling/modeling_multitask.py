@@ -29,7 +29,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils.generic import can_return_tuple
 
 from .backbone import load_backbone
-from .configuration_multitask import SEQUENCE, TOKEN, PooledMultiTaskConfig
+from .configuration_multitask import RUNTIME_SETTINGS, SEQUENCE, TOKEN, PooledMultiTaskConfig
 from .configuration_pooled import PooledConfig
 from .losses import classification_loss
 from .modeling_pooled import (
@@ -40,7 +40,7 @@ from .modeling_pooled import (
     PooledPreTrainedModel,
 )
 from .modeling_token import PooledForTokenClassification, TokenClassifier, check_token_labels, token_loss
-from .pooling import POOLINGS, Pooler
+from .pooling import POOLINGS, Pooler, hidden_states_for_caller, hidden_states_request
 from .problem_types import infer_problem_type
 from .targets import as_label_tensor, check_labels
 
@@ -55,18 +55,6 @@ MULTITASK_AUTO_MAP = {
     "AutoModel": "modeling_multitask.PooledForMultiTask",
 }
 
-# The task settings a trained model may change without rebuilding a head: they are read when the loss is computed
-# or a decision is made (train.py infers the problem type, tunes the thresholds, computes the positive weights).
-RUNTIME_SETTINGS = (
-    "problem_type",
-    "pos_weight",
-    "decision_threshold",
-    "multi_label_loss",
-    "focal_gamma",
-    "asymmetric_gamma_neg",
-    "asymmetric_gamma_pos",
-    "asymmetric_clip",
-)
 
 
 def _edits_input(pooler: Pooler) -> bool:
@@ -100,6 +88,10 @@ class MultiTaskClassifier(nn.Module):
                 for name, config in task_configs.items()
             }
         )
+        # The task whose label-token pooler the backbone's input embeddings read label markers from (they read
+        # model.pooler, see label_tokens.LabelTokenInput): set before each such task's own pass.
+        self.label_token_tasks = [name for name in self.heads if self._own_pass(name)]
+        self.active_label_task = self.label_token_tasks[0] if self.label_token_tasks else None
 
     def forward(
         self, call: BackboneCall, inputs: dict[str, Any], task: str | None, output_hidden_states: bool
@@ -109,11 +101,12 @@ class MultiTaskClassifier(nn.Module):
         shared = [name for name in self.heads if not self._own_pass(name)]
         results = {}
         if shared:
-            every_layer = any(
-                self.kinds[name] == SEQUENCE and self.heads[name].pooler.needs_all_hidden_states
-                for name in shared
-            )
-            outputs = call.run_backbone(**inputs, output_hidden_states=output_hidden_states or every_layer)
+            # The layers the caller asked for and those any shared pooler reads (only these are kept).
+            request = output_hidden_states
+            for name in shared:
+                if self.kinds[name] == SEQUENCE:
+                    request = hidden_states_request(request, self.heads[name].pooler.hidden_states_read)
+            outputs = call.run_backbone(**inputs, output_hidden_states=request)
             for name in shared:
                 results[name] = (outputs, self._read(name, outputs, inputs["attention_mask"]))
         for name in self.heads:
@@ -127,6 +120,8 @@ class MultiTaskClassifier(nn.Module):
     def _one(self, call, inputs, task: str, output_hidden_states: bool):
         head = self.heads[task]
         if self.kinds[task] == SEQUENCE:
+            if task in self.label_token_tasks:
+                self.active_label_task = task
             outputs, _, logits = head(call, inputs, output_hidden_states)
             return outputs, logits
         outputs = call.run_backbone(**inputs, output_hidden_states=output_hidden_states)
@@ -158,6 +153,8 @@ class PooledForMultiTask(PooledPreTrainedModel):
         for name, head in self.classifier.heads.items():
             if self.classifier.kinds[name] == SEQUENCE:
                 head.pooler.check_backbone(self.backbone, self.position_budget)
+        self._connect_poolers()
+        self._remember_structure()
         # The parts that initialise their own parameters read their task's config, not the multi-task one.
         self._module_configs = {
             id(module): self.task_configs[name]
@@ -174,6 +171,46 @@ class PooledForMultiTask(PooledPreTrainedModel):
     @property
     def tasks(self) -> list[str]:
         return list(self.config.tasks)
+
+    @property
+    def pooler(self) -> Pooler | None:
+        """The label-token pooler the backbone's input embeddings read label vectors from: that of the label-token
+        task running (None when no task pools with label tokens)."""
+        task = self.classifier.active_label_task
+        return None if task is None else self.classifier.heads[task].pooler
+
+    def _connect_poolers(self) -> None:
+        for name, head in self.classifier.heads.items():
+            if self.classifier.kinds[name] == SEQUENCE:
+                head.pooler.connect(self)
+
+    def set_input_embeddings(self, value: nn.Module):
+        self.backbone.set_input_embeddings(value)
+        self._connect_poolers()  # new embeddings (resize_token_embeddings makes them): connected again
+
+    def _check_config_still_fits(self) -> None:
+        """After ``model.config`` was edited: runtime settings (problem type, thresholds, losses) take effect; a
+        change of what the heads were built with (a task added or removed, its kind, pooling, head, label count)
+        is refused, with the way to make it."""
+        self.config.ensure_valid()
+        built, now = self._built_structure, self.config.structure()
+        if built == now:
+            return
+        if set(built) != set(now):
+            change = f"tasks {list(now)} (built with {list(built)})"
+        else:
+            task = next(name for name in now if now[name] != built[name])
+            keys = sorted(set(now[task]) | set(built[task]))
+            change = ", ".join(
+                f"tasks[{task!r}][{key!r}]={now[task].get(key)!r} (built with {built[task].get(key)!r})"
+                for key in keys
+                if now[task].get(key) != built[task].get(key)
+            )
+        raise ValueError(
+            f"model.config was changed after the model was built: {change}. A built model keeps its heads; build "
+            "a new one with the new tasks (PooledForMultiTask(config) or from_backbone), or change only settings "
+            f"read at run time with model.update_task(task, ...): {', '.join(RUNTIME_SETTINGS)}."
+        )
 
     @property
     def added_tokens(self) -> int:
@@ -288,7 +325,7 @@ class PooledForMultiTask(PooledPreTrainedModel):
         return output_class(
             loss=loss,
             logits=logits,
-            hidden_states=outputs.hidden_states if output_hidden_states else None,
+            hidden_states=hidden_states_for_caller(outputs.hidden_states, output_hidden_states),
             attentions=getattr(outputs, "attentions", None),
         )
 
@@ -354,6 +391,21 @@ class PooledForMultiTask(PooledPreTrainedModel):
         # Where export_head finds the tokenizer, as from_pretrained records the folder a model came from.
         model.config._name_or_path = model.name_or_path = str(backbone_name_or_path)
         return model.to(backbone.dtype)
+
+    @classmethod
+    def _from_plain_backbone(cls, name_or_path, kwargs: dict[str, Any]):
+        """``from_pretrained`` on a checkpoint that is not a multi-task one (a plain backbone): the model
+        ``from_backbone`` builds around it, with the tasks given as ``tasks=``."""
+        if not kwargs.get("tasks"):
+            raise ValueError(
+                f"{name_or_path} is not a multi-task checkpoint: to build PooledForMultiTask around it, give its "
+                "tasks: PooledForMultiTask.from_backbone(name, tasks={'team': {'kind': 'sequence', 'id2label': ...}})."
+            )
+        tasks = kwargs.pop("tasks")
+        for ignored in ("use_safetensors", "key_mapping", "ignore_mismatched_sizes", "output_loading_info"):
+            kwargs.pop(ignored, None)
+        settings = {key: kwargs.pop(key) for key in ("position_ids_from_mask", "initializer_range") if key in kwargs}
+        return cls.from_backbone(name_or_path, tasks=tasks, backbone_kwargs=kwargs, **settings)
 
     def export_head(self, task: str, save_directory: str | os.PathLike, tokenizer=None, **save_kwargs):
         """Save one task as a standalone model: a ``PooledForSequenceClassification`` (sequence task) or a

@@ -264,7 +264,7 @@ class PooledPreTrainedModel(SentenceEncoderMixin, PreTrainedModel):
         if kwargs.get("config") is None and not model_args:
             hub_kwargs = {key: kwargs[key] for key in HUB_KEYS if key in kwargs}
             config_dict, _ = PreTrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
-            if config_dict.get("model_type") != PooledConfig.model_type:
+            if config_dict.get("model_type") != cls.config_class.model_type:
                 return cls._from_plain_backbone(pretrained_model_name_or_path, kwargs)
         kwargs["key_mapping"] = {**cls._legacy_key_mapping, **(kwargs.get("key_mapping") or {})}
         loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)

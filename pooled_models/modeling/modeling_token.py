@@ -24,6 +24,7 @@ from transformers.utils.generic import can_return_tuple
 from .configuration_pooled import PooledConfig
 from .heads import HEADS
 from .modeling_pooled import PooledPreTrainedModel
+from .pooling import hidden_states_for_caller
 from .problem_types import SINGLE_LABEL
 from .targets import IGNORE_INDEX, as_label_tensor
 
@@ -108,11 +109,15 @@ class PooledForTokenClassification(PooledPreTrainedModel):
         self.num_labels = config.num_labels
         self._set_backbone(config, backbone)
         self.classifier = TokenClassifier(config)
+        self._remember_structure()
         self.post_init()
 
     @property
     def added_tokens(self) -> int:
         return 0  # the token head adds no token to the input
+
+    def set_input_embeddings(self, value: nn.Module):
+        self.backbone.set_input_embeddings(value)  # no pooler to connect: the token head reads the text's tokens
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The head's parameters, which start from random weights (trained with the head learning rate)."""
@@ -148,7 +153,7 @@ class PooledForTokenClassification(PooledPreTrainedModel):
         return TokenClassifierOutput(
             loss=loss,
             logits=logits,
-            hidden_states=outputs.hidden_states if output_hidden_states else None,
+            hidden_states=hidden_states_for_caller(outputs.hidden_states, output_hidden_states),
             attentions=getattr(outputs, "attentions", None),
         )
 

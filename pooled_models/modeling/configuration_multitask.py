@@ -88,6 +88,9 @@ class PooledMultiTaskConfig(PreTrainedConfig):
             Derive the backbone's position ids from the attention mask (see `PooledConfig`).
         initializer_range (`float`, *optional*):
             Standard deviation used to initialise the poolers and heads. Defaults to the backbone's.
+        task_order (`list[str]`, *optional*):
+            The tasks in their order (outputs without a task and metrics follow it); written by the config itself,
+            because config.json sorts the keys of `tasks`. Defaults to the order of `tasks`.
 
     Every task is checked by building its `PooledConfig` (a setting that does not apply, an unknown pooling...,
     raise a `ValueError` naming the task), and its settings are saved with their defaults filled in.
@@ -98,6 +101,7 @@ class PooledMultiTaskConfig(PreTrainedConfig):
 
     backbone_config: dict | PreTrainedConfig | None = None
     tasks: dict[str, dict[str, Any]] | None = None
+    task_order: list[str] | None = None
     position_ids_from_mask: bool = True
     initializer_range: float | None = None
 
@@ -119,8 +123,16 @@ class PooledMultiTaskConfig(PreTrainedConfig):
                 "tasks must be a mapping of task names to their settings, e.g. {'topic': {'kind': 'sequence', "
                 f"'id2label': {{0: 'a', 1: 'b'}}}}; got {self.tasks!r}."
             )
-        tasks = {name: self._checked_task(name, settings) for name, settings in self.tasks.items()}
+        if isinstance(self.task_order, list) and sorted(self.task_order) == sorted(self.tasks):
+            # config.json sorts the keys of tasks: the saved order puts them back in the order they were given.
+            self.tasks = {name: self.tasks[name] for name in self.task_order}
+        validated = (self.__dict__.get("_validated") or {}).get("tasks") or {}
+        tasks = {
+            name: self._checked_task(name, settings, previous=validated.get(name))
+            for name, settings in self.tasks.items()
+        }
         object.__setattr__(self, "tasks", tasks)
+        object.__setattr__(self, "task_order", list(tasks))
         # Private state, kept out of config.json (to_dict): the settings as last validated.
         object.__setattr__(self, "_validated", self._current())
 
@@ -149,6 +161,14 @@ class PooledMultiTaskConfig(PreTrainedConfig):
             }
             for name, settings in self.tasks.items()
         }
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        """The saved config with the load-time keywords (``from_pretrained(folder, tasks=...)``) applied, which
+        transformers sets after building the config: validated once all are in."""
+        loaded = super().from_dict(config_dict, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).ensure_valid()
+        return loaded
 
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
         self.ensure_valid()  # never save settings that would not load back
@@ -186,8 +206,14 @@ class PooledMultiTaskConfig(PreTrainedConfig):
             raise ValueError(f"Unknown task {task!r}. This model's tasks are: {', '.join(self.tasks)}.")
         return task
 
-    def _checked_task(self, name: Any, settings: Any) -> dict[str, Any]:
-        """The task's settings, checked and filled in with their defaults, as config.json saves them."""
+    def _checked_task(
+        self, name: Any, settings: Any, previous: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The task's settings, checked and filled in with their defaults, as config.json saves them.
+
+        ``previous``: the task's settings as last validated. The ones that differ are then applied to them as edits
+        are applied to a ``PooledConfig``, so that the settings of a choice left behind are dropped (a pooling
+        changed from ``attention`` to ``max`` loses ``attention_heads``) rather than refused."""
         if not isinstance(name, str) or not TASK_NAME.match(name) or name in RESERVED_TASK_NAMES:
             raise ValueError(
                 f"Task name {name!r} is not allowed: use letters, digits and '_', starting with a letter "
@@ -232,7 +258,14 @@ class PooledMultiTaskConfig(PreTrainedConfig):
                 )
             settings["problem_type"] = SINGLE_LABEL
         try:
-            built = self._build(settings)
+            if previous is not None and previous.get("kind") == kind:
+                built = self._build({key: value for key, value in previous.items() if key != "kind"})
+                for key in sorted(set(settings) | set(previous) - {"kind"}):
+                    if settings.get(key) != previous.get(key):
+                        setattr(built, key, settings.get(key))
+                built.ensure_valid()
+            else:
+                built = self._build(settings)
         except ValueError as error:
             raise ValueError(f"tasks[{name!r}]: {error}") from error
         keep = _own_fields() if kind == SEQUENCE else sorted(_token_settings() - set(LABEL_SETTINGS))

@@ -18,6 +18,7 @@ torch, transformers and its sibling model files.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from typing import Any
@@ -54,7 +55,6 @@ MULTITASK_AUTO_MAP = {
     "AutoConfig": "configuration_multitask.PooledMultiTaskConfig",
     "AutoModel": "modeling_multitask.PooledForMultiTask",
 }
-
 
 
 def _edits_input(pooler: Pooler) -> bool:
@@ -146,7 +146,7 @@ class PooledForMultiTask(PooledPreTrainedModel):
     def __init__(self, config: PooledMultiTaskConfig, backbone: PreTrainedModel | None = None):
         super().__init__(config)
         self._set_backbone(config, backbone)
-        self.task_configs = {name: self._task_config(name) for name in config.tasks}
+        self._refresh_task_configs()
         self.classifier = MultiTaskClassifier(
             self.task_configs, {name: config.kind(name) for name in config.tasks}
         )
@@ -162,6 +162,11 @@ class PooledForMultiTask(PooledPreTrainedModel):
             for module in head.modules()
         }
         self.post_init()
+
+    def _refresh_task_configs(self) -> None:
+        """The tasks' PooledConfigs, which the losses and decisions read, from the config's tasks as they are now."""
+        self.task_configs = {name: self._task_config(name) for name in self.config.tasks}
+        self._tasks_read = copy.deepcopy(self.config.tasks)
 
     def _task_config(self, task: str) -> PooledConfig:
         config = self.config.task_config(task)
@@ -195,6 +200,8 @@ class PooledForMultiTask(PooledPreTrainedModel):
         self.config.ensure_valid()
         built, now = self._built_structure, self.config.structure()
         if built == now:
+            if self.config.tasks != self._tasks_read:  # a runtime setting edited in config.tasks: read it
+                self._refresh_task_configs()
             return
         if set(built) != set(now):
             change = f"tasks {list(now)} (built with {list(built)})"
@@ -243,9 +250,10 @@ class PooledForMultiTask(PooledPreTrainedModel):
                 f"{fixed[0]!r} shapes the head of task {task!r} and cannot change on a built model; the settings "
                 f"that can are: {', '.join(RUNTIME_SETTINGS)}."
             )
-        checked = self.config._checked_task(task, {**self.config.tasks[self.config._known(task)], **settings})
+        current = self.config.tasks[self.config._known(task)]
+        checked = self.config._checked_task(task, {**current, **settings}, previous=current)
         self.config.tasks[task] = checked
-        self.task_configs[task] = self._task_config(task)
+        self._refresh_task_configs()
 
     # -- running -----------------------------------------------------------------------------------------------
 
@@ -404,7 +412,9 @@ class PooledForMultiTask(PooledPreTrainedModel):
         tasks = kwargs.pop("tasks")
         for ignored in ("use_safetensors", "key_mapping", "ignore_mismatched_sizes", "output_loading_info"):
             kwargs.pop(ignored, None)
-        settings = {key: kwargs.pop(key) for key in ("position_ids_from_mask", "initializer_range") if key in kwargs}
+        settings = {
+            key: kwargs.pop(key) for key in ("position_ids_from_mask", "initializer_range") if key in kwargs
+        }
         return cls.from_backbone(name_or_path, tasks=tasks, backbone_kwargs=kwargs, **settings)
 
     def export_head(self, task: str, save_directory: str | os.PathLike, tokenizer=None, **save_kwargs):

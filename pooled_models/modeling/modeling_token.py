@@ -117,7 +117,9 @@ class PooledForTokenClassification(PooledPreTrainedModel):
         return 0  # the token head adds no token to the input
 
     def set_input_embeddings(self, value: nn.Module):
-        self.backbone.set_input_embeddings(value)  # no pooler to connect: the token head reads the text's tokens
+        self.backbone.set_input_embeddings(
+            value
+        )  # no pooler to connect: the token head reads the text's tokens
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The head's parameters, which start from random weights (trained with the head learning rate)."""

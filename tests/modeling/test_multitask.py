@@ -282,6 +282,8 @@ def test_save_and_load_give_identical_logits_for_every_head(tmp_path):
         reloaded = loader.from_pretrained(tmp_path).eval()
         assert type(reloaded) is PooledForMultiTask
         expected, got = model(**batch), reloaded(**batch)
+        # config.json sorts the keys of tasks; the order (of outputs, tuples, metrics) is the one given.
+        assert list(got) == list(expected) == ["team", "topics", "urgency", "entities"]
         for task in expected:
             torch.testing.assert_close(got[task].logits, expected[task].logits, atol=1e-6, rtol=1e-6)
 
@@ -310,6 +312,48 @@ def test_update_task_changes_runtime_settings_only():
         model.update_task("team", pooling="max")
     with pytest.raises(ValueError, match=r"tasks\['team'\]: decision_threshold=0.3 applies to problem_type"):
         model.update_task("team", problem_type="single_label_classification", decision_threshold=0.3)
+
+
+def test_config_edits_are_validated_and_runtime_ones_reach_the_loss():
+    model = tiny_multitask_model()
+    batch = random_batch([4, 6, 3])
+    before = model(**batch, task="topics", labels=TASK_LABELS["topics"]).loss
+    # A nested edit of a runtime setting (no __setattr__ sees it): validated and read by the next loss.
+    model.config.tasks["topics"]["multi_label_loss"] = "focal"
+    after = model(**batch, task="topics", labels=TASK_LABELS["topics"]).loss
+    assert model.config.tasks["topics"]["focal_gamma"] == 2.0 and not torch.isclose(before, after)
+    model.config.tasks["topics"]["multi_label_loss"] = "nope"
+    with pytest.raises(ValueError, match=r"tasks\['topics'\]: .*'nope'"):
+        model(**batch)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda tasks: tasks["team"].update(pooling="max"),
+            r"tasks\['team'\]\['pooling'\]='max' \(built with 'attention'\)",
+        ),
+        (
+            lambda tasks: tasks["entities"].update(id2label={0: "O", 1: "B-X", 2: "I-X"}),
+            r"'num_labels'\]=3 \(built with 5\)",
+        ),
+        (lambda tasks: tasks.pop("urgency"), r"tasks \['team', 'topics', 'entities'\] \(built with"),
+    ],
+)
+def test_config_edits_the_heads_cannot_follow_are_refused_with_the_way_out(edit, message, tmp_path):
+    model = tiny_multitask_model()
+    edit(model.config.tasks)
+    with pytest.raises(ValueError, match=message):
+        model(**random_batch([4, 6]))
+    with pytest.raises(ValueError, match="update_task"):
+        model.save_pretrained(tmp_path)
+
+
+def test_from_pretrained_tasks_keyword_is_validated_like_the_constructor(tmp_path):
+    tiny_multitask_model().save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"tasks\['team'\] needs a kind"):
+        PooledMultiTaskConfig.from_pretrained(tmp_path, tasks={"team": {"num_labels": 2}})
 
 
 @pytest.mark.slow  # uploads through a fake Hub, then loads in a fresh interpreter without the package

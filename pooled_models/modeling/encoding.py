@@ -2,8 +2,9 @@
 ``similarity``, and the sentence-transformers description written next to every saved checkpoint, so that
 ``SentenceTransformer(folder)`` reads the model's own pooled vectors instead of mean-pooling its token states.
 
-``PooledPreTrainedModel`` inherits :class:`SentenceEncoderMixin`, so ``PooledModel`` and
-``PooledForSequenceClassification`` (which encodes with its pooler, before its head) both have them.
+``PooledModel`` and ``PooledForSequenceClassification`` (which encodes with its pooler, before its head) inherit
+:class:`SentenceEncoderMixin`; the token and multi-task models do not (they have no one pooled vector per text, and
+sentence-transformers would have nothing to read: their folders get no sentence-transformers files).
 
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
 torch, transformers and its sibling model files (no numpy: ``tensor.numpy()`` makes the arrays).

@@ -59,7 +59,7 @@ AUTO_MAP = {
 }
 
 
-class PooledPreTrainedModel(SentenceEncoderMixin, PreTrainedModel):
+class PooledPreTrainedModel(PreTrainedModel):
     """What both pooled models share: a backbone, run with positions from the mask, and how they load."""
 
     config_class = PooledConfig
@@ -374,7 +374,7 @@ _POOLER_KEYS_0_1 = {
 }
 
 
-class PooledModel(PooledPreTrainedModel):
+class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
     """Backbone + pooler: ``pooler_output`` holds one embedding per sequence.
 
     ``AutoModel.from_pretrained`` on any pooled checkpoint (also a classifier's) gives this model.
@@ -446,7 +446,7 @@ class PooledClassifier(nn.Module):
         return outputs, pooled, self.head(pooled)
 
 
-class PooledForSequenceClassification(PooledPreTrainedModel):
+class PooledForSequenceClassification(SentenceEncoderMixin, PooledPreTrainedModel):
     """Backbone + pooler + classification head, for regression, single- and multi-label classification."""
 
     _legacy_key_mapping = {

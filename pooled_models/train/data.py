@@ -331,6 +331,18 @@ def attach_labels(split: Split, labels: Labels, column: str, skip_unseen: bool) 
 # ----------------------------------------------------------------------------------------------------
 
 
+def limit_rows(splits: dict[str, Split], data_args) -> None:
+    """Keep the first ``max_train_samples`` / ``max_eval_samples`` / ``max_predict_samples`` rows of each split."""
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_predict_samples,
+    }
+    for role, split in splits.items():
+        if limits[role] is not None and limits[role] < len(split.dataset):
+            split.dataset = split.dataset.select(range(limits[role]))
+
+
 def prepare_splits(
     data_args, roles: list[str], saved_labels: Labels | None = None, cache_dir: str | None = None
 ) -> tuple[dict[str, Split], Labels]:
@@ -340,14 +352,8 @@ def prepare_splits(
     Writes nothing but ``datasets``' own cache (``~/.cache/huggingface/datasets``, or ``cache_dir``), where
     ``load_dataset`` converts each file to Arrow before any check can refuse it."""
     splits = load_splits(data_args, roles, cache_dir)
-    limits = {
-        "train": data_args.max_train_samples,
-        "validation": data_args.max_eval_samples,
-        "test": data_args.max_predict_samples,
-    }
-    for role, split in splits.items():
-        if limits[role] is not None and limits[role] < len(split.dataset):
-            split.dataset = split.dataset.select(range(limits[role]))
+    limit_rows(splits, data_args)
+    for split in splits.values():
         _check_columns_and_texts(split, data_args)
     labels = _label_space(splits, data_args, saved_labels)
     for split in splits.values():

@@ -26,6 +26,7 @@ __all__ = [
     "write_model_card",
     "push_folder",
     "classify_examples",
+    "print_evaluation",
     "print_summary",
 ]
 
@@ -275,7 +276,8 @@ def classify_examples(output_dir: Path, texts: list[str]) -> list[tuple[str, lis
     ]
 
 
-def print_summary(output_dir: Path, metrics: dict[str, float], examples) -> None:
+def print_evaluation(output_dir: Path, metrics: dict[str, float], width: int = 28) -> None:
+    """The evaluation and test scores (not the timings), then where the model is: the start of every run's summary."""
     shown = {
         key: value
         for key, value in metrics.items()
@@ -285,8 +287,14 @@ def print_summary(output_dir: Path, metrics: dict[str, float], examples) -> None
     if shown:
         print("Evaluation:")
         for key, value in sorted(shown.items()):
-            print(f"  {key:<28} {value:.4f}" if isinstance(value, float) else f"  {key:<28} {value}")
+            print(
+                f"  {key:<{width}} {value:.4f}" if isinstance(value, float) else f"  {key:<{width}} {value}"
+            )
     print(f"Saved to: {output_dir}")
+
+
+def print_summary(output_dir: Path, metrics: dict[str, float], examples) -> None:
+    print_evaluation(output_dir, metrics)
     if examples:
         print("The saved model, loaded with pipeline():")
         for text, result in examples:

@@ -17,7 +17,7 @@ from ..thresholds import predict_label_sets
 from .metrics import logits_of, probabilities
 from .model_card import TEMPLATES_DIR, code_span
 from .multitask_trainer import MEAN_SCORE, main_metric
-from .outputs import PREDICTIONS_FILE, json_safe, write_predictions
+from .outputs import PREDICTIONS_FILE, json_safe, print_evaluation, write_predictions
 from .token_data import OUTSIDE, word_predictions
 from .token_metrics import uses_entity_tags
 
@@ -412,17 +412,7 @@ def task_examples(output_dir: Path, texts: list[str], single: bool) -> list[tupl
 
 
 def print_task_summary(output_dir: Path, metrics: dict[str, float], examples) -> None:
-    shown = {
-        key: value
-        for key, value in metrics.items()
-        if key.startswith(("eval_", "test_")) and not key.endswith(("runtime", "per_second"))
-    }
-    print()
-    if shown:
-        print("Evaluation:")
-        for key, value in sorted(shown.items()):
-            print(f"  {key:<32} {value:.4f}" if isinstance(value, float) else f"  {key:<32} {value}")
-    print(f"Saved to: {output_dir}")
+    print_evaluation(output_dir, metrics, width=32)  # task names make the metric names longer
     if examples:
         print("The saved model's answers:")
         for text, answers in examples:

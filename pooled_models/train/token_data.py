@@ -19,7 +19,7 @@ from typing import Any
 
 from datasets import Dataset, Features, Sequence, Value
 
-from .data import Split, _read_file, load_splits
+from .data import Split, _read_file, limit_rows, load_splits
 from .errors import DataError, UsageError, where
 
 __all__ = [
@@ -224,14 +224,8 @@ def prepare_token_splits(
     model's when only evaluating); and the (words, tags) column names."""
     words_column, tags_column = token_columns(data_args)
     splits = load_token_splits(data_args, roles, cache_dir)
-    limits = {
-        "train": data_args.max_train_samples,
-        "validation": data_args.max_eval_samples,
-        "test": data_args.max_predict_samples,
-    }
-    for role, split in splits.items():
-        if limits[role] is not None and limits[role] < len(split.dataset):
-            split.dataset = split.dataset.select(range(limits[role]))
+    limit_rows(splits, data_args)
+    for split in splits.values():
         split.labelled = split.name != "test" or tags_column in split.dataset.column_names
         split.require_columns([words_column] + ([tags_column] if split.labelled else []))
         _check_words(split, words_column)

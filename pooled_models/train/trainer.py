@@ -74,14 +74,17 @@ class PooledTrainer(Trainer):
                 return super()._get_eval_sampler(eval_dataset)
             # Input order: transformers' Trainer would shuffle it under group_by_length (see the class docstring).
             return SequentialSampler(eval_dataset)
-        return LengthSortedSampler(token_lengths(eval_dataset))
+        sampler = LengthSortedSampler(token_lengths(eval_dataset))
+        self._sorted_eval_order = (
+            sampler.order
+        )  # predict puts the rows back with it, without reading lengths again
+        return sampler
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test"):
         output = super().predict(test_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
         if not _sorts_evaluation(self.args, test_dataset):
             return output
-        # The same order the sampler used: the lengths are the dataset's, not a random draw.
-        order = LengthSortedSampler(token_lengths(test_dataset)).order
+        order = self._sorted_eval_order  # what _get_eval_sampler gave this prediction's dataloader
         return output._replace(
             predictions=restore_input_order(output.predictions, order),
             label_ids=restore_input_order(output.label_ids, order),

@@ -1,8 +1,9 @@
 """ONNX export of a pooled model: ``export_onnx(model, "model.onnx")``.
 
 torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)``) with dynamic batch and sequence axes; inputs
-``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the backbone takes them); output ``logits`` for a
-classifier, ``embeddings`` (the pooled vectors) for a ``PooledModel``. Every pooling exports, label tokens
+``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the backbone takes them); outputs ``logits`` for a
+sequence or token classifier, ``<task>_logits`` for every task of a multi-task model (in task order), ``embeddings``
+(the pooled vectors) for a ``PooledModel``. Every pooling exports, label tokens
 included: nothing in a pooled model's forward depends on data in a way an exported graph cannot hold. The file is
 checked with onnxruntime against PyTorch, on the sample and on batches of other shapes, before it is returned.
 
@@ -16,25 +17,37 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .modeling.modeling_multitask import PooledForMultiTask
 from .modeling.modeling_pooled import PooledForSequenceClassification, PooledPreTrainedModel
+from .modeling.modeling_token import PooledForTokenClassification
 
 __all__ = ["export_onnx"]
 
 
 class _Exported(nn.Module):
-    """The model with plain tensor inputs and one tensor output, as an ONNX graph takes and gives them."""
+    """The model with plain tensor inputs and a tuple of tensor outputs, as an ONNX graph takes and gives them."""
 
     def __init__(self, model: PooledPreTrainedModel, with_token_types: bool):
         super().__init__()
         self.model = model
         self.with_token_types = with_token_types
-        self.output_name = "logits" if isinstance(model, PooledForSequenceClassification) else "embeddings"
+        if isinstance(model, PooledForMultiTask):
+            self.output_names = [f"{task}_logits" for task in model.config.tasks]
+        elif isinstance(model, (PooledForSequenceClassification, PooledForTokenClassification)):
+            self.output_names = ["logits"]
+        else:
+            self.output_names = ["embeddings"]
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
-        extra = {"token_type_ids": token_type_ids} if self.with_token_types else {}
-        if self.output_name == "logits":
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
-        return self.model.embed(input_ids=input_ids, attention_mask=attention_mask, **extra)
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.with_token_types:
+            inputs["token_type_ids"] = token_type_ids
+        if isinstance(self.model, PooledForMultiTask):
+            outputs = self.model(**inputs)  # every head from one call, as inference wants them
+            return tuple(outputs[task].logits for task in self.model.config.tasks)
+        if self.output_names == ["logits"]:
+            return (self.model(**inputs).logits,)
+        return (self.model.embed(**inputs),)
 
 
 def _sample_batch(
@@ -83,7 +96,7 @@ def export_onnx(
             arguments,
             str(path),
             input_names=names,
-            output_names=[exported.output_name],
+            output_names=exported.output_names,
             dynamic_shapes={name: {0: batch, 1: sequence} for name in names},
             opset_version=opset_version,
             dynamo=True,
@@ -106,12 +119,13 @@ def _verify(exported: _Exported, path: Path, names: list[str], batches, atol: fl
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for batch in batches:
         inputs = [batch.get(name, torch.zeros_like(batch["input_ids"])) for name in names]
-        (got,) = session.run(None, {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)})
+        got = session.run(None, {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)})
         with torch.no_grad():
-            expected = exported(*inputs).float().numpy()
-        difference = float(abs(got - expected).max())
-        if difference > atol:
-            raise ValueError(
-                f"The exported {path.name} differs from the PyTorch model by {difference:.2e} (more than {atol}) on a "
-                f"batch of shape {tuple(inputs[0].shape)}."
-            )
+            expected = exported(*inputs)
+        for output_name, value, reference in zip(exported.output_names, got, expected, strict=True):
+            difference = float(abs(value - reference.float().numpy()).max())
+            if difference > atol:
+                raise ValueError(
+                    f"The exported {path.name} differs from the PyTorch model by {difference:.2e} (more than {atol}) "
+                    f"in {output_name} on a batch of shape {tuple(inputs[0].shape)}."
+                )

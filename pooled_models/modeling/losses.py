@@ -32,13 +32,17 @@ register_multi_label_loss = MULTI_LABEL_LOSSES.register
 EPS = 1e-8
 
 
-def classification_loss(logits: torch.Tensor, labels: torch.Tensor, config) -> torch.Tensor:
-    """The loss for ``config.problem_type`` (in float32), on labels that passed ``targets.check_labels``."""
+def classification_loss(
+    logits: torch.Tensor, labels: torch.Tensor, config, problem_type: str | None = None
+) -> torch.Tensor:
+    """The loss for ``problem_type`` (default ``config.problem_type``), in float32, on labels that passed
+    ``targets.check_labels``."""
     logits = logits.float()
-    if config.problem_type == REGRESSION:
+    problem_type = problem_type or config.problem_type
+    if problem_type == REGRESSION:
         predictions = logits.squeeze(-1) if labels.ndim == 1 else logits
         return nn.functional.mse_loss(predictions, labels)
-    if config.problem_type == SINGLE_LABEL:
+    if problem_type == SINGLE_LABEL:
         return nn.functional.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
     pos_weight = None
     if config.pos_weight is not None:

@@ -321,12 +321,12 @@ class PooledForMultiTask(PooledPreTrainedModel):
         labels = as_label_tensor(labels)
         problem_type = config.problem_type or infer_problem_type(labels, config.num_labels)
         targets = check_labels(labels, problem_type, config.num_labels, logits.shape[0])
-        if (
-            config.problem_type is None
-        ):  # set only once the labels passed, as PooledForSequenceClassification does
+        if config.problem_type is None and not torch.compiler.is_compiling():
+            # Recorded once the labels passed, as PooledForSequenceClassification does. A compiled graph cannot run
+            # the config's checks: it uses the inferred type without recording it (an eager call records it).
             self.update_task(task, problem_type=problem_type)
             config = self.task_configs[task]
-        return classification_loss(logits, targets.to(logits.device), config)
+        return classification_loss(logits, targets.to(logits.device), config, problem_type)
 
     def _output(self, task: str, outputs, logits, loss, output_hidden_states: bool):
         output_class = TokenClassifierOutput if self.config.kind(task) == TOKEN else SequenceClassifierOutput

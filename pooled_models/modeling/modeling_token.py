@@ -76,6 +76,10 @@ def check_token_labels(labels: torch.Tensor, num_labels: int, shape: tuple[int, 
         )
     if labels.is_floating_point() or labels.dtype == torch.bool:
         raise ValueError(f"token labels must be integer class ids (torch.long), got dtype {labels.dtype}.")
+    if torch.compiler.is_compiling():
+        # A check that reads the labels' values branches on data, which a compiled graph cannot hold; eager calls
+        # with the same labels keep it.
+        return labels.long()
     outside = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_labels))
     if outside.any():
         row, column = (int(index) for index in outside.nonzero()[0])

@@ -8,9 +8,9 @@ import tempfile
 import pytest
 import torch
 import torch._dynamo
-from helpers import HIDDEN_STATE_POOLERS, random_batch, tiny_model
+from helpers import ENTITY_LABELS, HIDDEN_STATE_POOLERS, random_batch, tiny_model, tiny_multitask_model
 
-from pooled_models import POOLERS, PooledModel, export_onnx
+from pooled_models import POOLERS, PooledForTokenClassification, PooledModel, export_onnx
 from pooled_models.modeling.layer_pooling import LayerPooler
 
 FAST = ("mean", "label_tokens")
@@ -61,13 +61,80 @@ def test_bad_labels_are_still_caught_outside_compiled_graphs():
         model(**random_batch([5, 8]), labels=torch.tensor([0, 7]))
 
 
-@pytest.mark.parametrize("pooling", every_pooling(fast=("mean",)))
+def token_model():
+    return tiny_model(
+        "mean",
+        model_class=PooledForTokenClassification,
+        id2label=ENTITY_LABELS,
+        num_labels=len(ENTITY_LABELS),
+    )
+
+
+def test_a_token_classifier_compiles_fullgraph_with_labels():
+    model = token_model()
+    batch = random_batch([5, 8])
+    labels = torch.randint(0, len(ENTITY_LABELS), (2, 8)).masked_fill(batch["attention_mask"] == 0, -100)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        got, expected = compiled(**batch, labels=labels), model(**batch, labels=labels)
+    torch.testing.assert_close(got.logits, expected.logits)
+    torch.testing.assert_close(got.loss, expected.loss)
+
+
+def test_a_multitask_model_compiles_fullgraph_for_one_task_and_for_every_head():
+    # The default tiny multi-task model has a head of every kind and problem type (attention, mean, cls, token).
+    model = tiny_multitask_model()
+    batch = random_batch([5, 8])
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        got, expected = compiled(**batch), model(**batch)
+        assert list(got) == list(model.config.tasks)
+        for task in model.config.tasks:
+            torch.testing.assert_close(got[task].logits, expected[task].logits)
+        labels = torch.tensor([0, 2])
+        one, reference = (
+            compiled(**batch, task="team", labels=labels),
+            model(**batch, task="team", labels=labels),
+        )
+    torch.testing.assert_close(one.logits, reference.logits)
+    torch.testing.assert_close(one.loss, reference.loss)
+
+
+@pytest.mark.parametrize("pooling", FAST)
 def test_onnx_export_with_dynamic_axes_matches_pytorch_on_other_shapes(pooling, tmp_path):
     model = model_for(pooling)
     # export_onnx runs the file with onnxruntime on the sample and on batches of other shapes (3 x 23 and 1 x 7)
     # and raises if any output differs from PyTorch's by more than 1e-4.
     path = export_onnx(model, tmp_path / "model.onnx")
     assert path.stat().st_size > 10_000
+
+
+def test_a_token_classifier_exports_to_onnx(tmp_path):
+    import onnx
+
+    path = export_onnx(token_model(), tmp_path / "model.onnx")  # verified against PyTorch as above
+    assert [output.name for output in onnx.load(str(path)).graph.output] == ["logits"]
+
+
+def test_every_pooling_exports_to_onnx_in_one_multitask_model(tmp_path):
+    # One export covers every registered pooling (and a token head): a multi-task model with a sequence head per
+    # pooling, every head's output verified with onnxruntime against PyTorch on three batch shapes. One export of
+    # the shared backbone instead of one per pooling keeps this fast; the poolings run the same code either way.
+    import onnx
+
+    tasks = {
+        f"by_{name}": {"kind": "sequence", "pooling": name, "num_labels": 3}
+        | ({"label_token_init": "random"} if name == "label_tokens" else {})
+        for name in sorted(POOLERS)
+    }
+    tasks["entities"] = {"kind": "token", "id2label": ENTITY_LABELS}
+    model = tiny_multitask_model(tasks=tasks)
+    path = export_onnx(model, tmp_path / "model.onnx")
+    assert [output.name for output in onnx.load(str(path)).graph.output] == [
+        f"{task}_logits" for task in tasks
+    ]
 
 
 @pytest.mark.slow

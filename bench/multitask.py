@@ -186,7 +186,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--rows", type=int, default=3000, help="Training rows of each task (part 2: of debtags)."
+        "--rows", type=int, default=2000, help="Training rows of each task (part 2: of debtags)."
     )
     parser.add_argument("--epochs", type=float, default=3, help="Epochs of every run.")
     parser.add_argument("--alpha", type=float, default=0.5, help="The temperature strategy's sampling_alpha.")

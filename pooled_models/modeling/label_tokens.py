@@ -353,7 +353,9 @@ class LabelTokenPooler(Pooler):
     ):
         """``label_token_layers=k``: the text alone through the lower layers, the label tokens joining the top k."""
         unsupported = sorted(
-            key for key, value in inputs.items() if key not in _INPUTS and value not in (None, False)
+            key
+            for key, value in inputs.items()
+            if key not in _INPUTS and value is not None and value is not False
         )
         if unsupported:
             raise ValueError(

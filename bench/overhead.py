@@ -7,11 +7,14 @@ machine affects both sides of a ratio. The rounds visit the models in a shuffled
 
     python bench/overhead.py                      # every registered pooling, markdown table
     python bench/overhead.py --poolings mean lstm --label-counts 4 --rounds 5
+    python bench/overhead.py --poolings mean --label-counts 25 100 --label-token-layers all 3 2 1
 
 Targets: token poolings at most 1.03x, layer strategies at most 1.10x, and label tokens (L labels in
 front of a T-token text) at most 1.05 x (T + L) / T. That last target assumes the backbone's cost grows
 linearly with the sequence; attention does not, so each label-token row is also timed against the vanilla
-model on a batch of T + L tokens, which isolates what the label tokens themselves add.
+model on a batch of T + L tokens, which isolates what the label tokens themselves add. With
+``--label-token-layers``, one row per number k of top layers the label tokens join (``label_token_layers``):
+the lower N - k layers see the T text tokens only, so the target becomes 1.05 x (N T + k L) / (N T).
 """
 
 from __future__ import annotations
@@ -111,16 +114,26 @@ def build_candidates(backbone: str, args) -> list[Candidate]:
         candidates.append(
             candidate(pooling, model, target=LAYER_TARGET if is_layer_strategy else TOKEN_TARGET)
         )
+    num_layers = vanilla.config.num_hidden_layers
     for count in args.label_counts:
-        # The batch's class ids stay below num_labels <= count, so the same labels fit every model.
-        model = PooledForSequenceClassification.from_backbone(
-            backbone, pooling="label_tokens", num_labels=count, label_token_init="vocab_mean"
-        )
         longer = f"{VANILLA} on {args.seq_len + count} tokens"
         longer_batch, _ = make_batch(args.batch_size, args.seq_len + count, vocab_size, args.num_labels)
         candidates.append(candidate(longer, vanilla, batch=longer_batch))
-        target = LABEL_TOKEN_TARGET * (args.seq_len + count) / args.seq_len
-        candidates.append(candidate(f"label_tokens, {count} labels", model, target=target, reference=longer))
+        for layers in args.label_token_layers:
+            # The batch's class ids stay below num_labels <= count, so the same labels fit every model.
+            model = PooledForSequenceClassification.from_backbone(
+                backbone,
+                pooling="label_tokens",
+                num_labels=count,
+                label_token_init="vocab_mean",
+                label_token_layers=layers,
+            )
+            joined = num_layers if layers == "all" else layers  # layers that see the T + L tokens
+            cost = (num_layers * args.seq_len + joined * count) / (num_layers * args.seq_len)
+            name = f"label_tokens, {count} labels" + (
+                "" if layers == "all" else f", label_token_layers={layers}"
+            )
+            candidates.append(candidate(name, model, target=LABEL_TOKEN_TARGET * cost, reference=longer))
     return candidates
 
 
@@ -215,6 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[4, 25, 100],
         help="label_tokens models to time, one per number of labels",
     )
+    parser.add_argument(
+        "--label-token-layers",
+        type=_label_token_layers,
+        nargs="+",
+        default=["all"],
+        help="label_token_layers of the label_tokens models: 'all' and/or numbers of top layers, one row each",
+    )
     args = parser.parse_args(argv)
     if any(count < args.num_labels for count in args.label_counts):
         parser.error(
@@ -227,6 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     candidates = build_candidates(minilm_path(), args)
     measure(candidates, args.rounds, args.warmup)
     return 0 if report(candidates, args) else 1
+
+
+def _label_token_layers(text: str) -> str | int:
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'all' or a number of top layers, got {text!r}") from None
 
 
 if __name__ == "__main__":

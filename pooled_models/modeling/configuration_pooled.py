@@ -105,6 +105,13 @@ class PooledConfig(PreTrainedConfig):
             `label_tokens` only. How many label tokens go into one pass of the backbone; with more labels, the text
             is encoded once per group of labels. Defaults to every label while they take at most half of the
             backbone's positions.
+        label_token_layers (`int` or `str`, *optional*):
+            `label_tokens` only. How many of the backbone's top layers the label tokens join: `"all"` (they are in
+            the input, as above), or an integer k from 1 to the number of layers, so that the text runs alone
+            through the lower layers (in its own positions) and the label tokens' embedded vectors are inserted in
+            front of the top k layers, which costs far less with many labels. k equal to the number of layers is
+            `"all"`. k below it runs the backbone's layers one by one, which BERT-style (BERT, MiniLM, RoBERTa,
+            XLM-RoBERTa, CamemBERT), ESM and DistilBERT backbones support. Defaults to `"all"`.
         classifier_head (`str`, *optional*, defaults to `"linear"`):
             `"linear"`: dropout and a linear layer (BERT style). `"dense"`: dense, activation, dropout and an
             output projection (RoBERTa/ESM style).
@@ -172,6 +179,7 @@ class PooledConfig(PreTrainedConfig):
     label_token_scorer: str | None = None
     label_token_position: int | None = None
     label_tokens_per_pass: int | None = None
+    label_token_layers: int | str | None = None
     classifier_head: str = "linear"
     classifier_dropout: float | None = None
     classifier_hidden_size: int | None = None

@@ -12,6 +12,9 @@ Position budget: text and label tokens must fit the backbone's position embeddin
 group of labels (the groups of a batch run as one larger batch). Texts longer than the room left are
 truncated, keeping their last token (``[SEP]``/``</s>``).
 
+Cost: with ``label_token_layers=k`` the label tokens join only the backbone's top k layers; the text runs alone through
+the lower ones (see ``label_token_layers.py``).
+
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
 torch, transformers and its sibling model files.
 """
@@ -26,7 +29,9 @@ from torch import nn
 from transformers import PreTrainedConfig
 from transformers import initialization as init
 
+from .backbone import position_ids_from_mask, position_offset
 from .heads import LABEL_TOKEN_SCORERS, LabelTokenHead
+from .label_token_layers import ALL_LAYERS, layer_stack, run_with_late_labels
 from .pooling import POOLINGS, Pooler
 from .registry import LABEL_TOKEN_INITS, Component
 
@@ -223,6 +228,7 @@ class LabelTokenPooler(Pooler):
         "label_token_scorer": "per_label",
         "label_token_position": 1,
         "label_tokens_per_pass": _default_per_pass,
+        "label_token_layers": ALL_LAYERS,
     }
     head_class = LabelTokenHead
 
@@ -273,6 +279,17 @@ class LabelTokenPooler(Pooler):
             isinstance(per_pass, int) and not isinstance(per_pass, bool) and 1 <= per_pass <= num_labels,
             f"label_tokens_per_pass must be an integer in [1, num_labels={num_labels}], got {per_pass!r}.",
         )
+        layers, num_layers = config.label_token_layers, _num_layers(config)
+        require(
+            layers == ALL_LAYERS
+            or (
+                isinstance(layers, int)
+                and not isinstance(layers, bool)
+                and 1 <= layers <= (num_layers or layers)
+            ),
+            f"label_token_layers must be {ALL_LAYERS!r} or an integer in [1, num_hidden_layers={num_layers}] (the "
+            f"backbone's top layers the label tokens join), got {layers!r}.",
+        )
         require(
             config.position_ids_from_mask,
             "pooling='label_tokens' needs position_ids_from_mask=True: the label tokens shift the text's positions.",
@@ -287,6 +304,10 @@ class LabelTokenPooler(Pooler):
         self.per_pass = config.label_tokens_per_pass
         self.num_passes = math.ceil(self.num_labels / self.per_pass)
         self.added_tokens = self.per_pass  # every input carries one pass of label tokens
+        # The top layers the label tokens join; None: all of them, from the input on (full insertion). k = the number
+        # of layers is full insertion too: there the labels' own embedding layer is the only layer below.
+        layers = config.label_token_layers
+        self.top_layers = None if layers in (ALL_LAYERS, _num_layers(config)) else layers
 
     # -- checks against the backbone -------------------------------------------------------------------
 
@@ -303,6 +324,8 @@ class LabelTokenPooler(Pooler):
                 f"label_tokens_per_pass={self.per_pass} leaves {position_budget - self.per_pass} of the backbone's "
                 f"{position_budget} positions for the text; lower label_tokens_per_pass."
             )
+        if self.top_layers is not None:
+            layer_stack(backbone, self.top_layers)  # refuses a backbone whose layers it cannot run one by one
 
     # -- forward -------------------------------------------------------------------------------------
 
@@ -311,6 +334,8 @@ class LabelTokenPooler(Pooler):
             raise ValueError("pooling='label_tokens' derives position ids itself; do not pass position_ids.")
         layout = _Layout.build(inputs["attention_mask"], self, encoder.position_budget)
         vocabulary = _word_embeddings(encoder.backbone).num_embeddings
+        if self.top_layers is not None:
+            return self._encode_late(encoder, layout, inputs, vocabulary, output_hidden_states)
         extended = layout.extend_inputs(inputs, encoder.pad_token_id, vocabulary)
         if extended.get("inputs_embeds") is not None:
             # Given embeddings: the label vectors are written into them here.
@@ -323,8 +348,50 @@ class LabelTokenPooler(Pooler):
         outputs = encoder.run_backbone(**extended, output_hidden_states=output_hidden_states)
         return outputs, layout.read_labels(outputs.last_hidden_state)
 
+    def _encode_late(
+        self, encoder, layout: _Layout, inputs: dict[str, Any], vocabulary: int, output_hidden_states
+    ):
+        """``label_token_layers=k``: the text alone through the lower layers, the label tokens joining the top k."""
+        unsupported = sorted(
+            key
+            for key, value in inputs.items()
+            if key not in _INPUTS and value is not None and value is not False
+        )
+        if unsupported:
+            raise ValueError(
+                f"label_token_layers={self.top_layers} runs the backbone's layers itself, without "
+                f"{', '.join(unsupported)}; use label_token_layers={ALL_LAYERS!r} for them."
+            )
+        offset = position_offset(encoder.backbone)
+        text = layout.text_alone(inputs, encoder.pad_token_id)
+        text["position_ids"] = position_ids_from_mask(text["attention_mask"], offset)
+        # The label tokens are embedded as full insertion embeds them: marker ids read by the input embeddings
+        # (LabelTokenInput) when the text is given as ids, their vectors as given embeddings otherwise; each at the
+        # position it has under full insertion, with the token type and attention of a real token.
+        label_ids = layout.label_ids.clamp(min=0)
+        labels = {"input_ids": None, "inputs_embeds": None, "token_type_ids": None}
+        if inputs.get("input_ids") is not None:
+            labels["input_ids"] = label_ids + vocabulary
+        else:
+            labels["inputs_embeds"] = self.label_embeddings(label_ids).to(inputs["inputs_embeds"].dtype)
+        labels["position_ids"] = layout.label_slot + offset
+        labels["attention_mask"] = (layout.label_ids >= 0).long()
+        request = bool(output_hidden_states)  # a selection is made from all of them by the model
+        outputs = run_with_late_labels(
+            layer_stack(encoder.backbone, self.top_layers), layout, text, labels, self.top_layers, request
+        )
+        return outputs, layout.read_labels(outputs.last_hidden_state)
+
     def connect(self, model: nn.Module) -> None:
         enable_label_token_input(_word_embeddings(model.backbone), model)
+
+
+# What the model passes every pooler's encode; other keywords (output_attentions...) are the backbone forward's own.
+_INPUTS = ("input_ids", "inputs_embeds", "attention_mask", "token_type_ids", "position_ids")
+
+
+def _num_layers(config: PreTrainedConfig) -> int | None:
+    return getattr(config.backbone_config, "num_hidden_layers", None)
 
 
 class LabelTokenInput:
@@ -383,15 +450,24 @@ class _Layout:
 
     Row ``b * num_passes + g`` holds text ``b`` with label group ``g``. The layout depends only on each
     text's own tokens, never on the batch's padding side or width, so the result is padding-invariant.
+    The text alone (truncated, right-padded: what ``label_token_layers=k`` runs through the lower layers) has one
+    row per text; ``insert`` spreads its states into the extended rows.
     """
 
-    def __init__(self, source, keep, label_slot, label_index, mask, width, num_passes, per_pass, num_labels):
-        self.source = source  # [B', T'] index of the original token at each slot (0 where none)
-        self.keep = keep  # [B', T'] a text token sits at the slot
+    def __init__(
+        self, text_source, text_keep, text_index, source, keep, label_slot, label_ids, label_index, passes
+    ):
+        self.text_source = text_source  # [B, T] index of the original token at each slot of the text alone
+        self.text_keep = text_keep  # [B, T] a text token sits at the slot
+        self.text_index = text_index  # [B', T'] slot of the text alone each extended slot reads
+        self.source = source  # [B', T'] index of the original token at each extended slot (0 where none)
+        self.keep = keep  # [B', T'] a text token sits at the extended slot
         self.label_slot = label_slot  # [B', G] slot of each label token
+        # [B', G] label id of each label token, -1 for the slots that pad the last group
+        self.label_ids = label_ids
         self.label_index = label_index  # [B', T'] label id at each slot, -1 elsewhere
-        self.attention_mask = mask  # [B', T']
-        self.width, self.num_passes, self.per_pass, self.num_labels = width, num_passes, per_pass, num_labels
+        self.attention_mask = (keep | (label_index >= 0)).long()  # [B', T']
+        self.num_passes, self.per_pass, self.num_labels = passes
 
     @classmethod
     def build(
@@ -410,36 +486,104 @@ class _Layout:
         keep_token = real & ((rank < (kept - 1).unsqueeze(1)) | is_last)
         text_slot = torch.where(is_last, (kept - 1).unsqueeze(1), rank)
         insert_at = kept if pooler.position == AFTER_THE_TEXT else kept.clamp(max=pooler.position)
-        text_slot = text_slot + per_pass * (text_slot >= insert_at.unsqueeze(1))
         # Compiled and exported graphs take a width known from the shapes (the text's room plus the label tokens);
         # eager mode trims the padding no row needs.
         longest = min(length, text_budget) if torch.compiler.is_compiling() or not batch else int(kept.max())
         width = longest + per_pass
+        text_width = max(longest, 1)  # texts without tokens still get a (masked) column
 
-        # Scatter each kept token's original index to its slot; dropped tokens go to a spare last column.
-        slot_or_spare = torch.where(keep_token, text_slot, torch.full_like(text_slot, width))
-        source = torch.zeros(batch, width + 1, dtype=torch.long, device=device)
-        source.scatter_(1, slot_or_spare, torch.arange(length, device=device).expand(batch, length))
-        keep = torch.zeros(batch, width + 1, dtype=torch.bool, device=device)
-        keep.scatter_(1, slot_or_spare, keep_token)
-        source, keep = source[:, :width], keep[:, :width]
+        # The text alone: each kept token's original index at its slot; dropped tokens go to a spare last column.
+        slot_or_spare = torch.where(keep_token, text_slot, torch.full_like(text_slot, text_width))
+        text_source = torch.zeros(batch, text_width + 1, dtype=torch.long, device=device)
+        text_source.scatter_(1, slot_or_spare, torch.arange(length, device=device).expand(batch, length))
+        text_keep = torch.zeros(batch, text_width + 1, dtype=torch.bool, device=device)
+        text_keep.scatter_(1, slot_or_spare, keep_token)
+        text_source, text_keep = text_source[:, :text_width], text_keep[:, :text_width]
+
+        # The extended rows: the text with room for the label tokens at insert_at.
+        slots = torch.arange(width, device=device).unsqueeze(0)
+        after_labels = slots >= (insert_at + per_pass).unsqueeze(1)
+        text_index = torch.where(after_labels, slots - per_pass, slots).clamp(max=text_width - 1)  # [B, T']
+        keep = text_keep.gather(1, text_index) & ((slots < insert_at.unsqueeze(1)) | after_labels)
+        source = text_source.gather(1, text_index)
 
         # One row per (text, label group).
+        text_index = text_index.repeat_interleave(num_passes, dim=0)
         source = source.repeat_interleave(num_passes, dim=0)
         keep = keep.repeat_interleave(num_passes, dim=0)
         offsets = torch.arange(per_pass, device=device)
         label_slot = insert_at.repeat_interleave(num_passes).unsqueeze(1) + offsets  # [B', G]
         group = torch.arange(num_passes, device=device).repeat(batch).unsqueeze(1)
         label_id = group * per_pass + offsets  # [B', G]; ids >= num_labels pad the last group
-        valid = label_id < pooler.num_labels
+        label_ids = torch.where(label_id < pooler.num_labels, label_id, -1)
         label_index = torch.full((batch * num_passes, width), -1, dtype=torch.long, device=device)
-        label_index.scatter_(1, label_slot, torch.where(valid, label_id, -1))
-        mask = keep | (label_index >= 0)
+        label_index.scatter_(1, label_slot, label_ids)
         return cls(
-            source, keep, label_slot, label_index, mask.long(), width, num_passes, per_pass, pooler.num_labels
+            text_source,
+            text_keep,
+            text_index,
+            source,
+            keep,
+            label_slot,
+            label_ids,
+            label_index,
+            (num_passes, per_pass, pooler.num_labels),
         )
 
+    def _at_text_slots(self, values: torch.Tensor, fill) -> torch.Tensor:
+        """``values`` (``[B, T]`` or ``[B, T, H]``, in the input's layout) at the slots of the text alone."""
+        index = (
+            self.text_source
+            if values.ndim == 2
+            else self.text_source.unsqueeze(-1).expand(-1, -1, values.shape[-1])
+        )
+        keep = self.text_keep if values.ndim == 2 else self.text_keep.unsqueeze(-1)
+        return torch.where(
+            keep, values.gather(1, index), torch.as_tensor(fill, dtype=values.dtype, device=values.device)
+        )
+
+    def insert(self, text: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+        """``text`` (``[B, T]`` or ``[B, T, H]``, in the layout of the text alone) spread over the extended rows, with
+        ``labels`` (``[B', G]`` or ``[B', G, H]``) at the label slots; zeros where neither is."""
+        rows = text.repeat_interleave(self.num_passes, dim=0)
+        index = (
+            self.text_index
+            if text.ndim == 2
+            else self.text_index.unsqueeze(-1).expand(-1, -1, text.shape[-1])
+        )
+        keep = self.keep if text.ndim == 2 else self.keep.unsqueeze(-1)
+        spread = torch.where(
+            keep, rows.gather(1, index), torch.zeros((), dtype=text.dtype, device=text.device)
+        )
+        if labels is None:
+            return spread
+        valid = self.label_ids >= 0
+        slot = self.label_slot
+        if labels.ndim == 3:
+            valid, slot = valid.unsqueeze(-1), slot.unsqueeze(-1).expand(-1, -1, labels.shape[-1])
+        labels = torch.where(
+            valid, labels.to(spread.dtype), torch.zeros((), dtype=spread.dtype, device=spread.device)
+        )
+        return spread.scatter(1, slot, labels)
+
+    def text_alone(self, inputs: dict[str, Any], pad_token_id: int) -> dict[str, Any]:
+        """The embedding inputs of the texts alone, truncated and right-padded as in the extended rows."""
+        text = {"input_ids": None, "inputs_embeds": None, "token_type_ids": None}
+        if inputs.get("input_ids") is not None:
+            text["input_ids"] = self._at_text_slots(inputs["input_ids"], pad_token_id)
+        else:
+            text["inputs_embeds"] = self._at_text_slots(inputs["inputs_embeds"], 0.0)
+        if inputs.get("token_type_ids") is not None:
+            text["token_type_ids"] = self._at_text_slots(inputs["token_type_ids"], 0)
+        # A text without tokens attends to its first (padding) slot, whose state no one reads: no attention row is
+        # empty, and no ESM token-dropout ratio divides by zero real tokens.
+        empty = ~self.text_keep.any(dim=1, keepdim=True)
+        first = torch.arange(self.text_keep.shape[1], device=empty.device) == 0
+        text["attention_mask"] = (self.text_keep | (empty & first)).long()
+        return text
+
     def _gather(self, values: torch.Tensor, fill) -> torch.Tensor:
+        """``values`` (in the input's layout) at the text slots of the extended rows; ``fill`` elsewhere."""
         rows = values.repeat_interleave(self.num_passes, dim=0)
         index = (
             self.source if values.ndim == 2 else self.source.unsqueeze(-1).expand(-1, -1, values.shape[-1])

@@ -119,6 +119,30 @@ def test_label_tokens_follow_a_new_number_of_labels(saved, tmp_path, new_count):
     round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, new_count - 1]))
 
 
+@pytest.mark.parametrize("source, target", [("all", 1), (1, "all"), (1, 2)])
+def test_label_token_layers_at_load_time(saved, tmp_path, source, target):
+    folder = saved("label_tokens", label_token_layers=source)
+    model = PooledForSequenceClassification.from_pretrained(folder, label_token_layers=target)
+    assert model.config.label_token_layers == target
+    assert model.pooler.top_layers == (
+        None if target in ("all", 2) else target
+    )  # 2 = all of the tiny backbone's
+    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+    with pytest.raises(
+        ValueError, match=r"label_token_layers must be 'all' or an integer in \[1, num_hidden_layers=2\]"
+    ):
+        PooledForSequenceClassification.from_pretrained(folder, label_token_layers=3)
+
+
+def test_label_token_layers_is_dropped_with_the_label_tokens(saved, tmp_path):
+    model = PooledForSequenceClassification.from_pretrained(
+        saved("label_tokens", label_token_layers=1), pooling="mean", ignore_mismatched_sizes=True
+    )
+    assert model.config.label_token_layers is None
+    only_settings_that_apply(model.config)
+    round_trip(model, tmp_path, random_batch([5, 9]))
+
+
 def test_per_label_settings_are_dropped_when_the_labels_change(saved, tmp_path):
     folder = saved(
         "mean",
@@ -188,6 +212,21 @@ def test_an_edited_config_builds_saves_and_reloads(saved, tmp_path):
     assert PooledConfig.from_pretrained(tmp_path / "config_only").pooling == "weighted_layer"
 
 
+def test_an_edited_label_token_layers_builds_saves_and_reloads(saved, tmp_path):
+    config = PooledConfig.from_pretrained(saved("label_tokens"))
+    assert config.label_token_layers == "all"
+    config.label_token_layers = 1
+    model = PooledForSequenceClassification(config)
+    assert model.pooler.top_layers == 1
+    round_trip(model, tmp_path, random_batch([5, 9]))
+    config.label_token_layers = "half"
+    with pytest.raises(
+        ValueError,
+        match=r"label_token_layers must be 'all' or an integer in \[1, num_hidden_layers=2\].*got 'half'",
+    ):
+        PooledForSequenceClassification(config)
+
+
 def test_an_unknown_choice_is_refused_at_once():
     config = PooledConfig(
         backbone_config={
@@ -228,6 +267,18 @@ def test_a_live_model_follows_run_time_settings_and_refuses_structural_ones(save
     with pytest.raises(ValueError, match="model.config was changed after the model was built"):
         model.save_pretrained(tmp_path / "mismatched")
     assert not (tmp_path / "mismatched").exists()
+
+
+def test_a_live_label_token_model_refuses_a_new_label_token_layers(saved, tmp_path):
+    model = PooledForSequenceClassification.from_pretrained(saved("label_tokens"))
+    model.config.label_token_layers = (
+        1  # the pooler was built for full insertion: refused, with the way to do it
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"label_token_layers=1 \(built with 'all'\).*from_pretrained\(folder, label_token_layers",
+    ):
+        model(**random_batch([5, 9]))
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ def test_help_lists_the_label_token_settings_with_their_meaning(capsys):
         "--label_token_scorer",
         "--label_token_position",
         "--label_tokens_per_pass",
+        "--label_token_layers",
     ):
         assert flag in text
     assert "`label_tokens` only. Where each label's learned token starts" in text

@@ -139,6 +139,17 @@ def test_only_the_settings_the_user_changed_reach_the_config():
     assert pooled_config_kwargs(model_args) == {"pooling": "gem", "gem_p": 2.0}
 
 
+@pytest.mark.parametrize("given, expected", [("2", 2), ("all", "all")])
+def test_label_token_layers_reaches_the_config_as_a_number_or_all(tmp_path, given, expected):
+    flags = ["--pooling", "label_tokens", "--label_token_layers", given, "--output_dir", "out"]
+    model_args, _, _ = parse_arguments(flags)
+    assert pooled_config_kwargs(model_args) == {"pooling": "label_tokens", "label_token_layers": expected}
+    config = write_config(
+        tmp_path, ".yaml", {"pooling": "label_tokens", "label_token_layers": expected, "output_dir": "out"}
+    )
+    assert pooled_config_kwargs(parse_arguments([str(config)])[0])["label_token_layers"] == expected
+
+
 @pytest.mark.parametrize("key", ["trust_remote_code", "auto_map", "custom_pipelines"])
 def test_a_config_file_naming_code_is_refused(tmp_path, key):
     config = write_config(tmp_path, ".yaml", {**SETTINGS, key: True})

@@ -1,8 +1,9 @@
 """Label-token pooling: one learned token per label in every input, each label scored from its own token.
 
 The label embeddings are a parameter of the pooler. They are written into the backbone's input
-embeddings (right after the first special token, e.g. ``[CLS] <label 1> ... <label L> text [SEP]``) by
-a forward hook on the backbone's word-embedding module, so the tokenizer and vocabulary stay
+embeddings (right after the first special token, e.g. ``[CLS] <label 1> ... <label L> text [SEP]``): label slots
+carry marker ids past the vocabulary, which the backbone's word-embedding module reads (:class:`LabelTokenInput`,
+mixed into its class), so the tokenizer and vocabulary stay
 unchanged and the backbone still does its own input processing (position and token-type embeddings,
 ESM's token-dropout scaling, embedding scales...). Each label's final hidden state goes to the
 :class:`~.heads.LabelTokenHead`, which gives that label's logit.

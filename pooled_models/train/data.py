@@ -23,6 +23,7 @@ from datasets import Dataset, List, Value
 
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from .errors import DataError, where
+from .fingerprint import tokenizing_fingerprint
 from .label_space import Labels, describe_feature
 
 __all__ = [
@@ -442,7 +443,11 @@ def tokenize(split: Split, tokenizer, text_column: str, pair_column: str | None,
         return full
 
     encoded = split.dataset.map(
-        encode, batched=True, remove_columns=split.dataset.column_names, desc=f"Tokenizing {split.name}"
+        encode,
+        batched=True,
+        remove_columns=split.dataset.column_names,
+        desc=f"Tokenizing {split.name}",
+        new_fingerprint=tokenizing_fingerprint(split.dataset, encode, tokenizer),
     )
     split.truncated = sum(encoded["truncated"])
     encoded = encoded.remove_columns("truncated")

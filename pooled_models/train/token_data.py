@@ -21,6 +21,7 @@ from datasets import Dataset, Features, Sequence, Value
 
 from .data import Split, _read_file, limit_rows, load_splits
 from .errors import DataError, UsageError, where
+from .fingerprint import tokenizing_fingerprint
 
 __all__ = [
     "CONLL_SUFFIXES",
@@ -293,6 +294,7 @@ def tokenize_words(
         with_indices=True,
         remove_columns=split.dataset.column_names,
         desc=f"Tokenizing {split.name}",
+        new_fingerprint=tokenizing_fingerprint(split.dataset, encode, tokenizer),
     )
     split.truncated = sum(encoded["truncated"])
     split.encoded = encoded.remove_columns("truncated")

@@ -36,7 +36,11 @@ def share_torch(venv, destination):
         if (site_packages / name).exists():
             (destination / name).symlink_to(site_packages / name)
     (venv_site_packages(venv) / "shared_torch.pth").write_text(f"{destination}\n")
-    return [requirement.split(";")[0] for requirement in distribution.requires or [] if "extra ==" not in requirement]
+    return [
+        requirement.split(";")[0]
+        for requirement in distribution.requires or []
+        if "extra ==" not in requirement
+    ]
 
 
 def venv_site_packages(venv):

@@ -19,6 +19,7 @@ from transformers import EvalPrediction, TrainerCallback
 
 from ..modeling.configuration_multitask import TOKEN
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from .batching import token_lengths
 from .metrics import compute_metrics, logits_of
 from .multitask_data import TASK_KEY, TaskRows
 from .sampling import TaskBatchSampler
@@ -108,6 +109,7 @@ class MultiTaskTrainer(PooledTrainer):
             start_epochs={name: spec.start_epoch for name, spec in self.tasks.items()},
             seed=self.args.seed,
             group=self.args.world_size,
+            lengths=self._task_lengths(),
         )
         collator = self.data_collator
         if self.args.remove_unused_columns:
@@ -120,6 +122,13 @@ class MultiTaskTrainer(PooledTrainer):
             pin_memory=self.args.dataloader_pin_memory,
         )
         return self.accelerator.prepare(loader)
+
+    def _task_lengths(self) -> dict[str, list[int]] | None:
+        """Each task's row lengths when training batches are length-grouped (train.py's default), as single-task
+        runs group theirs."""
+        if self.args.train_sampling_strategy != "group_by_length":
+            return None
+        return {part.task: token_lengths(part.rows) for part in self.train_dataset.parts}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         task = inputs.get(TASK_KEY)

@@ -14,7 +14,9 @@ its step counts and resuming hold. A curriculum (``start_epoch`` per task) keeps
 start: the tasks that start first fill those epochs, and see their rows more often.
 
 A task whose share is larger than its rows repeats them (a fresh order each time); one whose share is smaller sees a
-different part of its rows each epoch. The plan of an epoch depends only on the seed and the epoch, so a resumed run
+different part of its rows each epoch. Given the rows' token counts (``lengths``), each pass groups rows of similar
+length into batches as transformers' ``LengthGroupedSampler`` does (random groups of 50 batches, sorted within), so
+a batch carries little padding; without them, batches are random. The plan of an epoch depends only on the seed and the epoch, so a resumed run
 draws the batches an uninterrupted one would. Under ``accelerate launch`` with N processes, batches come in groups of
 N of the same task: Accelerate hands the i-th batch of each group to process i, so every process trains the same
 task's head in a step.
@@ -63,6 +65,7 @@ class TaskBatchSampler:
         start_epochs: task -> the first epoch (from 0) it is sampled in; 0 when not given.
         seed: the seed of the orders.
         group: batches of the same task in a row (the number of processes).
+        lengths: task -> each row's token count; batches of rows of similar length when given.
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class TaskBatchSampler:
         start_epochs: dict[str, int] | None = None,
         seed: int = 0,
         group: int = 1,
+        lengths: dict[str, Sequence[int]] | None = None,
     ):
         if strategy not in SAMPLING_STRATEGIES:
             raise ValueError(
@@ -92,6 +96,12 @@ class TaskBatchSampler:
             raise ValueError("start_epoch: at least one task must start in the first epoch (start_epoch 0).")
         self.seed = seed
         self.group = group
+        self.lengths = {name: list(values) for name, values in (lengths or {}).items()}
+        for name, values in self.lengths.items():
+            if len(values) != self.task_sizes.get(name, -1):
+                raise ValueError(
+                    f"lengths[{name!r}] has {len(values)} entries for the task's {self.task_sizes.get(name)} rows."
+                )
         self.epoch = 0
         offsets, offset = {}, 0
         for name, size in self.task_sizes.items():
@@ -145,13 +155,30 @@ class TaskBatchSampler:
         """The task's batches in ``epoch``: passes over its rows, each in a fresh order, cut into batches (a pass's
         last batch may be smaller), for as long as the epoch asks."""
         size, offset = self.task_sizes[task], self.offsets[task]
+        lengths = self.lengths.get(task)
         passes = 0
         while True:
             rows = list(range(size))
             random.Random(f"{self.seed}-{task}-{epoch}-{passes}").shuffle(rows)
+            if lengths is not None:
+                rows = _grouped_by_length(rows, lengths, self.rows_per_batch)
             for start in range(0, size, self.rows_per_batch):
                 yield [offset + row for row in rows[start : start + self.rows_per_batch]]
             passes += 1
+
+
+# Rows sorted by length within groups of this many batches (transformers' LengthGroupedSampler's mega-batches).
+BATCHES_PER_LENGTH_GROUP = 50
+
+
+def _grouped_by_length(rows: list[int], lengths: Sequence[int], batch_size: int) -> list[int]:
+    """``rows`` (already shuffled) cut in groups of ``BATCHES_PER_LENGTH_GROUP`` batches, each sorted longest first:
+    consecutive rows, hence each batch, have similar lengths, and the groups keep the shuffle's randomness."""
+    size = BATCHES_PER_LENGTH_GROUP * batch_size
+    grouped: list[int] = []
+    for start in range(0, len(rows), size):
+        grouped += sorted(rows[start : start + size], key=lambda row: -lengths[row])
+    return grouped
 
 
 def _round_robin(counts: dict[str, int]) -> list[str]:

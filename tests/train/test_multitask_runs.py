@@ -270,9 +270,12 @@ def test_a_curriculum_trains_the_first_task_alone_first(tiny_backbone_path, tmp_
     seen = []
     original = MultiTaskTrainer.compute_loss
 
+    lengths = []
+
     def recording(self, model, inputs, *args, **kwargs):
         if model.training:
             seen.append((int(self.state.epoch or 0), inputs["task"]))
+            lengths.append(self.task_sampler.lengths)
         return original(self, model, inputs, *args, **kwargs)
 
     monkeypatch.setattr(MultiTaskTrainer, "compute_loss", recording)
@@ -285,6 +288,9 @@ def test_a_curriculum_trains_the_first_task_alone_first(tiny_backbone_path, tmp_
     assert by_epoch == {0: {"places"}, 1: {"places", "topic"}, 2: {"places", "topic", "tags", "length"}}
     per_epoch = [sum(1 for e, _ in seen if e == epoch) for epoch in range(3)]
     assert len(set(per_epoch)) == 1  # every epoch has the same number of batches
+    # train.py's default batching: every task's batches are length-grouped, from its rows' token counts.
+    assert set(lengths[0]) == {"places", "topic", "tags", "length"}
+    assert all(length > 2 for counts in lengths[0].values() for length in counts)
 
 
 def test_a_tasks_loss_weight_scales_its_training_loss_only(tiny_backbone_path, tmp_path):

@@ -94,3 +94,35 @@ def test_task_shares_use_largest_remainders_and_give_every_task_one():
     assert task_shares({"a": 2.0, "b": 1.0}, 10) == {"a": 7, "b": 3}
     assert task_shares({"a": 1000.0, "b": 1.0}, 10) == {"a": 9, "b": 1}
     assert sum(task_shares({"a": 1.0, "b": 1.0, "c": 1.0}, 10).values()) == 10
+
+
+def real_fraction(batches, lengths_of):
+    real = sum(lengths_of(index) for batch in batches for index in batch)
+    computed = sum(len(batch) * max(lengths_of(index) for index in batch) for batch in batches)
+    return real / computed
+
+
+def test_given_lengths_batches_hold_rows_of_similar_length_and_every_row_once():
+    import random
+
+    rng = random.Random(0)
+    lengths = {name: [rng.choice([4, 8, 16, 64, 256]) for _ in range(size)] for name, size in SIZES.items()}
+    flat = lengths["big"] + lengths["small"]
+    grouped = TaskBatchSampler(SIZES, 16, seed=1, lengths=lengths)
+    plain = TaskBatchSampler(SIZES, 16, seed=1)
+    batches = grouped.batches(0)
+    assert sorted(index for batch in batches for index in batch) == list(range(sum(SIZES.values())))
+    assert Counter(tasks_of(grouped, batches)) == Counter(tasks_of(plain, plain.batches(0)))
+    assert (
+        real_fraction(batches, flat.__getitem__)
+        > 0.9
+        > 0.5
+        > real_fraction(plain.batches(0), flat.__getitem__)
+    )
+    assert grouped.batches(0) != grouped.batches(1)  # still random from epoch to epoch
+    assert grouped.batches(1) == TaskBatchSampler(SIZES, 16, seed=1, lengths=lengths).batches(1)
+
+
+def test_lengths_must_match_the_task_sizes():
+    with pytest.raises(ValueError, match=r"lengths\['small'\] has 3 entries for the task's 100 rows"):
+        TaskBatchSampler(SIZES, 16, lengths={"small": [1, 2, 3]})

@@ -15,8 +15,8 @@ start: the tasks that start first fill those epochs, and see their rows more oft
 
 A task whose share is larger than its rows repeats them (a fresh order each time); one whose share is smaller sees a
 different part of its rows each epoch. Given the rows' token counts (``lengths``), each pass groups rows of similar
-length into batches as transformers' ``LengthGroupedSampler`` does (random groups of 50 batches, sorted within), so
-a batch carries little padding; without them, batches are random. The plan of an epoch depends only on the seed and the epoch, so a resumed run
+length into batches as single-task training does (``batching.length_grouped_batches``), so a batch carries little
+padding; without them, batches are random. The plan of an epoch depends only on the seed and the epoch, so a resumed run
 draws the batches an uninterrupted one would. Under ``accelerate launch`` with N processes, batches come in groups of
 N of the same task: Accelerate hands the i-th batch of each group to process i, so every process trains the same
 task's head in a step.
@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator, Sequence
+
+from .batching import length_grouped_batches
 
 __all__ = ["SAMPLING_STRATEGIES", "TaskBatchSampler", "task_shares", "describe_counts"]
 
@@ -161,24 +163,15 @@ class TaskBatchSampler:
             rows = list(range(size))
             random.Random(f"{self.seed}-{task}-{epoch}-{passes}").shuffle(rows)
             if lengths is not None:
-                rows = _grouped_by_length(rows, lengths, self.rows_per_batch)
-            for start in range(0, size, self.rows_per_batch):
-                yield [offset + row for row in rows[start : start + self.rows_per_batch]]
+                rng = random.Random(f"{self.seed}-{task}-{epoch}-{passes}-batches")
+                batches = length_grouped_batches(rows, lengths, self.rows_per_batch, rng)
+            else:
+                batches = [
+                    rows[start : start + self.rows_per_batch] for start in range(0, size, self.rows_per_batch)
+                ]
+            for batch in batches:
+                yield [offset + row for row in batch]
             passes += 1
-
-
-# Rows sorted by length within groups of this many batches (transformers' LengthGroupedSampler's mega-batches).
-BATCHES_PER_LENGTH_GROUP = 50
-
-
-def _grouped_by_length(rows: list[int], lengths: Sequence[int], batch_size: int) -> list[int]:
-    """``rows`` (already shuffled) cut in groups of ``BATCHES_PER_LENGTH_GROUP`` batches, each sorted longest first:
-    consecutive rows, hence each batch, have similar lengths, and the groups keep the shuffle's randomness."""
-    size = BATCHES_PER_LENGTH_GROUP * batch_size
-    grouped: list[int] = []
-    for start in range(0, len(rows), size):
-        grouped += sorted(rows[start : start + size], key=lambda row: -lengths[row])
-    return grouped
 
 
 def _round_robin(counts: dict[str, int]) -> list[str]:

@@ -26,7 +26,7 @@ from .heads import HEADS
 from .modeling_pooled import PooledPreTrainedModel
 from .pooling import hidden_states_for_caller
 from .problem_types import SINGLE_LABEL
-from .targets import IGNORE_INDEX, as_label_tensor
+from .targets import IGNORE_INDEX, _checking_values, as_label_tensor
 
 __all__ = ["TokenClassifier", "PooledForTokenClassification", "check_token_labels", "token_loss"]
 
@@ -76,9 +76,7 @@ def check_token_labels(labels: torch.Tensor, num_labels: int, shape: tuple[int, 
         )
     if labels.is_floating_point() or labels.dtype == torch.bool:
         raise ValueError(f"token labels must be integer class ids (torch.long), got dtype {labels.dtype}.")
-    if torch.compiler.is_compiling():
-        # A check that reads the labels' values branches on data, which a compiled graph cannot hold; eager calls
-        # with the same labels keep it.
+    if not _checking_values():  # value checks stay off compiled graphs, as for sequence labels
         return labels.long()
     outside = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_labels))
     if outside.any():

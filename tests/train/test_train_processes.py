@@ -152,6 +152,21 @@ def accelerate_command(launch: str, script: Path, *flags: str) -> list[str]:
     ]
 
 
+def run_on_two_processes(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run an ``accelerate launch`` command and check it succeeded. One thread per process: the two processes then
+    share two cores without waiting on each other."""
+    result = subprocess.run(
+        command,
+        env={**environment(), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
 @pytest.mark.parametrize("launch", sorted(LAUNCHES))
 def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path, launch):
     train_file = write_rows(tmp_path / "train.csv", topic_rows(64))
@@ -178,16 +193,7 @@ def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path,
         "--head_learning_rate",
         "3e-3",
     )
-    # One thread per process: the two processes then share two cores without waiting on each other.
-    result = subprocess.run(
-        command,
-        env={**environment(), "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_on_two_processes(command, tmp_path)
     metrics = json.loads((output_dir / "all_results.json").read_text())
     assert metrics["world_size"] == 2
     # 64 rows, 8 per process and step: 4 optimizer steps per epoch on two processes (8 on one).
@@ -264,15 +270,7 @@ def test_thresholds_tuned_on_two_processes_are_the_same_everywhere_and_fit_all_v
         "--tune_thresholds",
         "per_label",
     )
-    result = subprocess.run(
-        command,
-        env={**environment(), "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_on_two_processes(command, tmp_path)
     assert json.loads((output_dir / "all_results.json").read_text())["world_size"] == 2
     saved = json.loads((output_dir / "config.json").read_text())["decision_threshold"]
     assert isinstance(saved, list) and len(saved) == 3
@@ -364,15 +362,7 @@ def test_a_multitask_run_on_two_processes_trains_one_task_per_step_everywhere(ti
         "--per_device_train_batch_size",
         "4",
     )
-    result = subprocess.run(
-        command,
-        env={**environment(), "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_on_two_processes(command, tmp_path)
     metrics = json.loads((output_dir / "all_results.json").read_text())
     assert metrics["world_size"] == 2 and "eval_places_f1" in metrics and "eval_topic_f1_macro" in metrics
     steps = [

@@ -141,10 +141,11 @@ class PooledConfig(PreTrainedConfig):
         packed_batches (`bool`, *optional*, defaults to `False`):
             Run the backbone on padding-free (packed) rows: the batch's texts concatenated, each with its own
             positions and attention that cannot cross to another text, the hidden states put back in the padded
-            layout before pooling (same outputs as the padded batch). With flash-attention (varlen) the padding is
-            never computed; on CPU (sdpa, eager) a block-diagonal mask does it, which was measured slower than
-            length-grouped padded batches (README, "Packed batches"). Needs `position_ids_from_mask=True` and a
-            backbone that takes position ids and a prepared attention mask (not DeBERTa-v2).
+            layout (zeros at the padding) before pooling, so the outputs are those of the padded batch. With
+            flash-attention (varlen) no padding is computed; with sdpa or eager a block-diagonal mask keeps the
+            texts apart, which on CPU was measured slower than batches of similar length (README, "Speed: packed
+            batches"). Needs `position_ids_from_mask=True` and a backbone that takes position ids and a prepared
+            attention mask (not DeBERTa-v2 or ESM); `output_attentions` is refused.
         initializer_range (`float`, *optional*):
             Standard deviation used to initialise the pooler and head. Defaults to the backbone's.
 

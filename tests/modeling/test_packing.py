@@ -263,3 +263,15 @@ def test_one_row_gives_the_boundaries_flash_attention_varlen_takes():
     assert arguments["max_length_q"] == arguments["max_length_k"] == 5
     # The boundaries are those of the texts in the row.
     assert layout.text_ids[0].tolist() == [0] * 5 + [2] * 3
+
+
+def test_compiled_graphs_run_the_padded_batch_with_the_same_outputs():
+    # Packing reads the batch's lengths (data-dependent shapes); a compiled graph runs the padded batch instead.
+    import torch._dynamo
+
+    model = tiny_model("mean", packed_batches=True)
+    batch = random_batch(LENGTHS, side="left")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        _close(compiled(**batch).logits, model(**batch).logits)

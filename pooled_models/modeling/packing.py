@@ -59,8 +59,10 @@ class PackedLayout:
         batch, length = real.shape
         device = real.device
         lengths = real.sum(dim=1).tolist()
-        rows, starts, width = _first_fit(lengths, sum(lengths) if one_row else max(lengths, default=0))
-        self.batch, self.length, self.width, self.num_rows = batch, length, width, len(set(rows)) or 1
+        rows, starts, self.num_rows, width = _first_fit(
+            lengths, sum(lengths) if one_row else max(lengths, default=0)
+        )
+        self.batch, self.length, self.width = batch, length, width
         self.real = real
         rank = real.long().cumsum(dim=1) - 1
         first_slot = torch.tensor(rows, device=device) * width + torch.tensor(starts, device=device)
@@ -68,9 +70,8 @@ class PackedLayout:
         self.slot_of_token = torch.where(real, first_slot.unsqueeze(1) + rank, 0)
         slots = self.slot_of_token[real]
         flat = self.num_rows * width
-        self.source = torch.zeros(
-            flat, dtype=torch.long, device=device
-        )  # flat b * T + t of each slot's token
+        # [R * C]: the flat padded index (b * T + t) of the token at each slot; 0 in the row padding.
+        self.source = torch.zeros(flat, dtype=torch.long, device=device)
         self.source[slots] = torch.arange(batch * length, device=device).view(batch, length)[real]
         self.filled = torch.zeros(flat, dtype=torch.bool, device=device)
         self.filled[slots] = True
@@ -78,8 +79,8 @@ class PackedLayout:
         self.text_ids[slots] = torch.arange(batch, device=device).unsqueeze(1).expand(batch, length)[real]
         self.text_ids = self.text_ids.view(self.num_rows, width)
         # The texts in packing order with their lengths: the cumulative lengths of varlen attention (one row).
-        order = sorted((row, start, length) for row, start, length in zip(rows, starts, lengths, strict=True))
-        self.packed_lengths = [length for _, _, length in order if length]
+        order = sorted(zip(rows, starts, lengths, strict=True))
+        self.packed_lengths = [size for _, _, size in order if size]
 
     def pack(self, values: torch.Tensor, fill: Any) -> torch.Tensor:
         """``[B, T, ...]`` -> ``[R, C, ...]``, with ``fill`` in the row padding."""
@@ -110,9 +111,9 @@ class PackedLayout:
         }
 
 
-def _first_fit(lengths: list[int], capacity: int) -> tuple[list[int], list[int], int]:
-    """Row and start column of each text, first-fit, longest first, in rows of ``capacity`` tokens; and the width of
-    the rows (at least 1, so a batch without a real token still has one row to run)."""
+def _first_fit(lengths: list[int], capacity: int) -> tuple[list[int], list[int], int, int]:
+    """Row and start column of each text, first-fit, longest first, in rows of ``capacity`` tokens; the number of
+    rows and their width (at least one row of one slot, so a batch without a real token still has a row to run)."""
     rows, starts = [0] * len(lengths), [0] * len(lengths)
     used: list[int] = []
     for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
@@ -123,7 +124,7 @@ def _first_fit(lengths: list[int], capacity: int) -> tuple[list[int], list[int],
             used.append(0)
         rows[index], starts[index] = row, used[row]
         used[row] += lengths[index]
-    return rows, starts, max(capacity, 1)
+    return rows, starts, max(len(used), 1), max(capacity, 1)
 
 
 # ----------------------------------------------------------------------------------------------------

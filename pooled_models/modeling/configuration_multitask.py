@@ -31,7 +31,7 @@ TOKEN = "token"  # one prediction per token: a head over every token (NER, taggi
 TASK_KINDS = (SEQUENCE, TOKEN)
 
 # Settings of the whole model rather than of one task: the backbone is shared, and so is what feeds it.
-SHARED_SETTINGS = ("backbone_config", "position_ids_from_mask", "initializer_range")
+SHARED_SETTINGS = ("backbone_config", "position_ids_from_mask", "packed_batches", "initializer_range")
 LABEL_SETTINGS = ("id2label", "label2id", "num_labels", "problem_type")
 # A task's name becomes a module name (no dots) and part of metric names (eval_<task>_f1); "mean" names the mean of
 # every task's main metric (eval_mean_score).
@@ -51,7 +51,7 @@ RUNTIME_SETTINGS = (
 )
 # Settings of the whole model that are checked again when changed after construction (by attribute, or by
 # from_pretrained's keywords, which transformers sets one by one after __init__).
-VALIDATED = ("tasks", "position_ids_from_mask", "initializer_range")
+VALIDATED = ("tasks", "position_ids_from_mask", "packed_batches", "initializer_range")
 
 
 def _own_fields() -> list[str]:
@@ -86,6 +86,8 @@ class PooledMultiTaskConfig(PreTrainedConfig):
             settings and `classifier_dropout`. Names are letters, digits and `_`, starting with a letter.
         position_ids_from_mask (`bool`, *optional*, defaults to `True`):
             Derive the backbone's position ids from the attention mask (see `PooledConfig`).
+        packed_batches (`bool`, *optional*, defaults to `False`):
+            Run the shared backbone on padding-free (packed) rows (see `PooledConfig`).
         initializer_range (`float`, *optional*):
             Standard deviation used to initialise the poolers and heads. Defaults to the backbone's.
         task_order (`list[str]`, *optional*):
@@ -103,6 +105,7 @@ class PooledMultiTaskConfig(PreTrainedConfig):
     tasks: dict[str, dict[str, Any]] | None = None
     task_order: list[str] | None = None
     position_ids_from_mask: bool = True
+    packed_batches: bool = False
     initializer_range: float | None = None
 
     def __post_init__(self, **kwargs):
@@ -281,6 +284,7 @@ class PooledMultiTaskConfig(PreTrainedConfig):
         return PooledConfig(
             backbone_config=self.backbone_config,
             position_ids_from_mask=self.position_ids_from_mask,
+            packed_batches=self.packed_batches,
             initializer_range=self.initializer_range,
             **settings,
         )

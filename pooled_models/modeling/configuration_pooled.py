@@ -145,6 +145,14 @@ class PooledConfig(PreTrainedConfig):
             Derive the backbone's position ids from the attention mask, so a text gets the same positions
             (and the same output) whether it is padded on the left or on the right. Without it, left padding
             shifts the absolute positions of BERT-style backbones.
+        packed_batches (`bool`, *optional*, defaults to `False`):
+            Run the backbone on padding-free (packed) rows: the batch's texts concatenated, each with its own
+            positions and attention that cannot cross to another text, the hidden states put back in the padded
+            layout (zeros at the padding) before pooling, so the outputs are those of the padded batch. With
+            flash-attention (varlen) no padding is computed; with sdpa or eager a block-diagonal mask keeps the
+            texts apart, which on CPU was measured slower than batches of similar length (README, "Speed: packed
+            batches"). Needs `position_ids_from_mask=True` and a backbone that takes position ids and a prepared
+            attention mask (not DeBERTa-v2 or ESM); `output_attentions` is refused.
         initializer_range (`float`, *optional*):
             Standard deviation used to initialise the pooler and head. Defaults to the backbone's.
 
@@ -185,6 +193,7 @@ class PooledConfig(PreTrainedConfig):
     classifier_hidden_size: int | None = None
     classifier_activation: str | None = None
     position_ids_from_mask: bool = True
+    packed_batches: bool = False
     multi_label_loss: str = "bce"
     focal_gamma: float | None = None
     asymmetric_gamma_neg: float | None = None
@@ -212,6 +221,7 @@ class PooledConfig(PreTrainedConfig):
         for registry in CHOICES:
             self._check_choice(registry)
         self._check_multi_label()
+        _check_packing(self)
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
 
@@ -419,6 +429,18 @@ def _check_per_label_numbers(
         if isinstance(number, bool) or not isinstance(number, (int, float)) or not low < number < high:
             where = f"{name}[{index}]" if isinstance(value, list) else name
             raise ValueError(f"{where} = {number!r} must be a number in ({low}, {high}).")
+
+
+def _check_packing(config) -> None:
+    """``packed_batches`` is a bool, and the positions of a packed row restart at each text only when they are
+    counted from each text's mask."""
+    if not isinstance(config.packed_batches, bool):
+        raise ValueError(f"packed_batches must be True or False, got {config.packed_batches!r}.")
+    if config.packed_batches and not config.position_ids_from_mask:
+        raise ValueError(
+            "packed_batches=True needs position_ids_from_mask=True: each text of a packed row starts again at the "
+            "first position, which the positions counted from its own mask give."
+        )
 
 
 def _backbone_dropout(backbone_config: PreTrainedConfig) -> float:

@@ -413,7 +413,9 @@ class PooledForMultiTask(PooledPreTrainedModel):
         for ignored in ("use_safetensors", "key_mapping", "ignore_mismatched_sizes", "output_loading_info"):
             kwargs.pop(ignored, None)
         settings = {
-            key: kwargs.pop(key) for key in ("position_ids_from_mask", "initializer_range") if key in kwargs
+            key: kwargs.pop(key)
+            for key in ("position_ids_from_mask", "packed_batches", "initializer_range")
+            if key in kwargs
         }
         return cls.from_backbone(name_or_path, tasks=tasks, backbone_kwargs=kwargs, **settings)
 

@@ -2,6 +2,8 @@
 
 Data flow: ``input_ids, attention_mask`` -> backbone (all hidden states only when the pooler reads more
 than the last layer) -> pooler (``[B, T, H]`` -> ``[B, D]``) -> head -> logits -> loss for the problem type.
+With ``packed_batches`` the backbone runs on padding-free rows and its hidden states are put back in the padded
+``[B, T, H]`` layout before the pooler (``packing.py``).
 
 Layout: ``PooledModel`` is ``backbone`` + ``pooler``; ``PooledForSequenceClassification`` is ``backbone`` +
 ``classifier``, the task's own part, which holds the pooler and the head. Everything a classifier adds to its
@@ -34,6 +36,7 @@ from .heads import HEADS, LabelTokenHead
 from .inputs import check_inputs
 from .label_tokens import LabelEmbeddings
 from .losses import classification_loss
+from .packing import packing_refusal, run_packed
 from .pooling import POOLINGS, Pooler, build_pooler, hidden_states_for_caller
 from .problem_types import infer_problem_type
 from .targets import as_label_tensor, check_labels
@@ -99,6 +102,8 @@ class PooledPreTrainedModel(PreTrainedModel):
         max_positions = getattr(config.backbone_config, "max_position_embeddings", None)
         # How many positions a sequence may use (RoBERTa-style embeddings reserve padding_idx + 1 of them).
         self.position_budget = None if max_positions is None else max_positions - self._position_offset
+        if getattr(config, "packed_batches", False):
+            self.check_packable()  # refused when built, not at the first batch
 
     def get_backbone(self) -> PreTrainedModel:
         """The Transformers model the pooler reads (BERT, RoBERTa, ESM...)."""
@@ -175,7 +180,8 @@ class PooledPreTrainedModel(PreTrainedModel):
         output_hidden_states: bool = False,
         **kwargs,
     ):
-        """Call the backbone with the inputs it takes; position ids come from the mask unless given."""
+        """Call the backbone with the inputs it takes; position ids come from the mask unless given. With
+        ``config.packed_batches`` the backbone runs on the packed rows and its hidden states come back padded."""
         backbone_inputs: dict[str, Any] = {"attention_mask": attention_mask}
         # A tokenizer may return token_type_ids that the backbone (DistilBERT, ModernBERT...) has no use for.
         if token_type_ids is not None and "token_type_ids" in self._backbone_takes:
@@ -190,6 +196,24 @@ class PooledPreTrainedModel(PreTrainedModel):
             backbone_inputs["position_ids"] = position_ids
         if "use_cache" in self._backbone_takes:
             backbone_inputs["use_cache"] = False  # decoders would otherwise build a KV cache nobody reads
+        # Packing reads the batch's lengths (data-dependent shapes): compiled and exported graphs run the padded
+        # batch, which gives the same outputs.
+        if getattr(self.config, "packed_batches", False) and not torch.compiler.is_compiling():
+            if self.__dict__.get("_packable_backbone") != id(self.backbone):
+                self.check_packable()  # once per backbone, not at every batch
+                self._packable_backbone = id(self.backbone)
+            return run_packed(
+                self.backbone,
+                {
+                    "input_ids": input_ids,
+                    "inputs_embeds": inputs_embeds,
+                    "output_hidden_states": output_hidden_states,
+                    **backbone_inputs,
+                    **kwargs,
+                },
+                self.pad_token_id,
+                padding_position=max(self._position_offset - 1, 0),
+            )
         return self.backbone(
             input_ids=input_ids,
             inputs_embeds=inputs_embeds,
@@ -198,6 +222,17 @@ class PooledPreTrainedModel(PreTrainedModel):
             **backbone_inputs,
             **kwargs,
         )
+
+    def check_packable(self) -> None:
+        """Raise ``ValueError`` if ``packed_batches=True`` cannot work with this model's backbone."""
+        refusal = packing_refusal(self.backbone)
+        if refusal is None and "position_ids" not in self._backbone_takes:
+            refusal = f"{type(self.backbone).__name__} takes no position_ids"
+        if refusal is not None:
+            raise ValueError(
+                f"packed_batches=True: {refusal}. Set packed_batches=False for this backbone (batches are then "
+                "padded; train.py groups texts of similar length, which keeps the padding small)."
+            )
 
     def _backbone_call(self) -> BackboneCall:
         return BackboneCall(self.run_backbone, self.backbone, self.position_budget, self.pad_token_id)

@@ -74,11 +74,16 @@ def run_tasks(
 
     ``on_failure(staging)`` reports what a failed run keeps (run.py's report, shared by every kind of run)."""
     single = data_args.tasks is None
-    specs = task_specs(data_args, pooled_config_kwargs(model_args))
+    chosen = pooled_config_kwargs(model_args)
+    # A setting of the whole model (the backbone is shared), not of a task: set on the model once it is built.
+    packed_batches = chosen.pop("packed_batches", None)
+    specs = task_specs(data_args, chosen)
     saved = saved_model_config(model_args)
     tasks = {spec.name: _prepare_task(spec, roles, saved, single, model_args.cache_dir) for spec in specs}
     tokenizer = load_tokenizer(model_args)
     model = _build_model(model_args, tasks, saved, single, tokenizer)
+    if packed_batches is not None:
+        _set_packed_batches(model, packed_batches)
     parameters = sum(parameter.numel() for parameter in model.parameters())
     with training_args.main_process_first(desc="tokenizing"):
         for task in tasks.values():
@@ -265,6 +270,16 @@ def _build_model(
     return model
 
 
+def _set_packed_batches(model: PooledForMultiTask, packed: bool) -> None:
+    try:
+        model.config.packed_batches = packed
+        model.config.ensure_valid()
+        if packed:
+            model.check_packable()
+    except ValueError as error:  # position_ids_from_mask=False, a backbone that cannot run packed rows
+        raise UsageError(str(error)) from error
+
+
 def _from_token_classifier(token: PooledForTokenClassification, name: str) -> PooledForMultiTask:
     """A one-task multi-task model holding a saved token classifier's backbone and head, to train or evaluate."""
     config = token.config
@@ -276,6 +291,7 @@ def _from_token_classifier(token: PooledForTokenClassification, name: str) -> Po
         backbone_config=config.backbone_config,
         tasks={name: {"kind": TOKEN, "id2label": dict(config.id2label), **settings}},
         position_ids_from_mask=config.position_ids_from_mask,
+        packed_batches=config.packed_batches,
         initializer_range=config.initializer_range,
     )
     model = PooledForMultiTask(multitask_config, backbone=token.backbone)

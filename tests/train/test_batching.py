@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from helpers import topic_rows, train, write_rows
+from helpers import data_flags, entity_rows, leftovers, topic_rows, train, write_rows
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 from pooled_models import PooledForSequenceClassification
@@ -20,6 +20,7 @@ from pooled_models.train.batching import (
     restore_input_order,
     token_lengths,
 )
+from pooled_models.train.errors import UsageError
 from pooled_models.train.trainer import PooledTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -227,3 +228,75 @@ def test_transformers_trainer_shuffles_prediction_order_under_group_by_length(ti
     plain = Trainer(model=ours.model, args=ours.args, data_collator=ours.data_collator)
     assert sorted(plain._get_eval_sampler(dataset)) == list(range(len(dataset)))
     assert list(plain._get_eval_sampler(dataset)) != list(range(len(dataset)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# --packed_batches: padding-free batches, opt-in (README, "Packed batches")
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_train_py_trains_on_packed_batches_and_publishes_the_setting(tiny_backbone_path, tmp_path):
+    result = train(
+        tiny_backbone_path,
+        tmp_path / "model",
+        *data_flags(tmp_path),
+        "--do_train",
+        "--packed_batches",
+        "true",
+        "--num_train_epochs",
+        "1",
+    )
+    config = json.loads((result.output_dir / "config.json").read_text())
+    assert config["packed_batches"] is True
+    model = AutoModelForSequenceClassification.from_pretrained(result.output_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(result.output_dir)
+    batch = tokenizer(
+        ["a short one", "a much longer text about football and the league today"],
+        padding=True,
+        return_tensors="pt",
+    )
+    with torch.no_grad():
+        packed = model(**batch).logits
+        model.config.packed_batches = False
+        padded = model(**batch).logits
+    torch.testing.assert_close(packed, padded, atol=1e-5, rtol=0)
+
+
+def test_train_py_refuses_packed_batches_with_positions_not_from_the_mask(tiny_backbone_path, tmp_path):
+    with pytest.raises(UsageError, match="packed_batches=True needs position_ids_from_mask=True"):
+        train(
+            tiny_backbone_path,
+            tmp_path / "model",
+            *data_flags(tmp_path),
+            "--do_train",
+            "--packed_batches",
+            "true",
+            "--position_ids_from_mask",
+            "false",
+        )
+    assert leftovers(tmp_path / "model") == []
+
+
+def test_a_token_run_trains_on_packed_batches(tiny_backbone_path, tmp_path):
+    # Token and multi-task runs set it on the shared backbone's model, not on a task.
+    files = {
+        split: write_rows(tmp_path / f"{split}.jsonl", entity_rows(count, seed))
+        for split, (count, seed) in {"train": (32, 0), "validation": (8, 1)}.items()
+    }
+    result = train(
+        tiny_backbone_path,
+        tmp_path / "model",
+        "--train_file",
+        str(files["train"]),
+        "--validation_file",
+        str(files["validation"]),
+        "--tags_column",
+        "tags",
+        "--do_eval",
+        "--do_train",
+        "--packed_batches",
+        "true",
+        "--num_train_epochs",
+        "1",
+    )
+    assert json.loads((result.output_dir / "config.json").read_text())["packed_batches"] is True

@@ -3,11 +3,17 @@ padding, backbone freezing and early stopping."""
 
 from __future__ import annotations
 
-from torch.utils.data import SequentialSampler
+from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 
 from ..modeling.modeling_pooled import PooledPreTrainedModel
-from .batching import LengthGroupedRowSampler, LengthSortedSampler, restore_input_order, token_lengths
+from .batching import (
+    LengthGroupedRowSampler,
+    LengthSortedSampler,
+    length_sorted_batches,
+    restore_input_order,
+    token_lengths,
+)
 from .model_setup import backbone_of
 
 __all__ = [
@@ -53,7 +59,9 @@ class PooledTrainer(Trainer):
 
     With ``train_sampling_strategy="group_by_length"`` training batches hold texts of similar length (random between
     groups). With ``length_sorted_eval`` (both train.py's defaults) evaluation and prediction run longest text first,
-    and ``predict`` returns its rows in the dataset's order. (transformers' own Trainer, with group_by_length, also
+    in batches of at most the evaluation batch size that end early rather than compute more than 5% padding (one
+    process; several processes keep fixed-size batches, which their gathering needs), and ``predict`` returns its
+    rows in the dataset's order. (transformers' own Trainer, with group_by_length, also
     shuffles the evaluation order, and ``predict`` then returns rows in that shuffled order.)
     """
 
@@ -72,16 +80,43 @@ class PooledTrainer(Trainer):
             # Input order: transformers' Trainer would shuffle it under group_by_length (see the class docstring).
             return SequentialSampler(eval_dataset)
         sampler = LengthSortedSampler(token_lengths(eval_dataset))
-        self._sorted_eval_order = (
-            sampler.order
-        )  # predict puts the rows back with it, without reading lengths again
+        # predict puts the rows back with its order, and _get_dataloader cuts its batches, without reading lengths again
+        self._sorted_eval_sampler = sampler
         return sampler
+
+    def _get_dataloader(self, dataset, description, batch_size, sampler_fn=None, is_training=False, **kwargs):
+        loader = super()._get_dataloader(
+            dataset, description, batch_size, sampler_fn=sampler_fn, is_training=is_training, **kwargs
+        )
+        if (
+            is_training
+            or isinstance(dataset, IterableDataset)
+            or self.args.world_size > 1
+            or self.args.dataloader_persistent_workers
+            or not _sorts_evaluation(self.args, dataset)
+        ):
+            # Several processes gather every step's outputs, which needs batches of one size on every process; they
+            # keep the sorted fixed-size batches.
+            return loader
+        sampler = self._sorted_eval_sampler  # what super() just asked _get_eval_sampler for
+        batches = length_sorted_batches(sampler.order, sampler.lengths, batch_size)
+        workers = loader.num_workers
+        return self.accelerator.prepare(
+            DataLoader(
+                loader.dataset,  # super() removed the columns the model does not take
+                batch_sampler=batches,
+                collate_fn=loader.collate_fn,
+                num_workers=workers,
+                pin_memory=loader.pin_memory,
+                prefetch_factor=loader.prefetch_factor if workers else None,
+            )
+        )
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test"):
         output = super().predict(test_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
         if not _sorts_evaluation(self.args, test_dataset):
             return output
-        order = self._sorted_eval_order  # what _get_eval_sampler gave this prediction's dataloader
+        order = self._sorted_eval_sampler.order  # what _get_eval_sampler gave this prediction's dataloader
         return output._replace(
             predictions=restore_input_order(output.predictions, order),
             label_ids=restore_input_order(output.label_ids, order),

@@ -17,6 +17,7 @@ from pooled_models.train.batching import (
     LengthGroupedRowSampler,
     LengthSortedSampler,
     length_grouped_batches,
+    length_sorted_batches,
     restore_input_order,
     token_lengths,
 )
@@ -30,6 +31,24 @@ def test_length_sorted_sampler_goes_longest_first_and_keeps_ties_in_order():
     lengths = [3, 9, 3, 1, 9, 5]
     assert list(LengthSortedSampler(lengths)) == [1, 4, 5, 0, 2, 3]
     assert len(LengthSortedSampler(lengths)) == 6
+
+
+def test_length_sorted_batches_end_early_rather_than_pad_and_keep_the_order():
+    rng = random.Random(1)
+    lengths = [rng.choice([2, 3, 5, 8, 13, 40, 41, 120]) + rng.randrange(3) for _ in range(300)] + [0, 0]
+    order = LengthSortedSampler(lengths).order
+    batches = length_sorted_batches(order, lengths, max_batch_size=16)
+    assert [row for batch in batches for row in batch] == order  # consecutive: read in turn, the sorted order
+    assert max(len(batch) for batch in batches) == 16
+    for batch in batches:
+        real = sum(lengths[row] for row in batch)
+        if len(batch) > 1:
+            assert real >= 0.95 * lengths[batch[0]] * len(batch)
+    # A looser bound makes fewer, fuller batches; the default is the 0.95 the README states.
+    assert len(length_sorted_batches(order, lengths, 16, min_real_fraction=0.5)) < len(batches)
+    assert len(length_sorted_batches(order, lengths, 1)) == len(order)
+    with pytest.raises(ValueError, match="max_batch_size"):
+        length_sorted_batches(order, lengths, 0)
 
 
 def test_length_grouped_batches_are_full_but_the_last_longest_first_and_shuffled():
@@ -116,14 +135,14 @@ class _CountingCollator(DataCollatorWithPadding):
         return batch
 
 
-def _trainer(tiny_backbone_path, tmp_path, dataset, **settings):
+def _trainer(tiny_backbone_path, tmp_path, dataset, per_device_eval_batch_size=4, **settings):
     tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
     torch.manual_seed(0)
     model = PooledForSequenceClassification.from_backbone(tiny_backbone_path, num_labels=3, pooling="mean")
     args = PooledTrainingArguments(
         output_dir=str(tmp_path / "run"),
         per_device_train_batch_size=4,
-        per_device_eval_batch_size=4,
+        per_device_eval_batch_size=per_device_eval_batch_size,
         num_train_epochs=1,
         report_to="none",
         disable_tqdm=True,
@@ -155,6 +174,26 @@ def test_sorted_prediction_returns_the_rows_of_an_input_order_prediction(tiny_ba
     assert sorted_run.data_collator.real == in_order.data_collator.real
     assert sorted_run.data_collator.real / sorted_run.data_collator.computed > 0.95
     assert in_order.data_collator.real / in_order.data_collator.computed < 0.8
+
+
+def test_sorted_evaluation_in_large_batches_still_computes_little_padding(tiny_backbone_path, tmp_path):
+    # Few rows in large batches: fixed-size sorted batches would span wide length ranges.
+    tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
+    dataset = _mixed_length_dataset(tokenizer, count=60, seed=4)
+    large = _trainer(tiny_backbone_path, tmp_path, dataset, per_device_eval_batch_size=32)
+    fixed_sorted_computed = sum(
+        max(len(dataset[row]["input_ids"]) for row in chunk) * len(chunk)
+        for order in [LengthSortedSampler(token_lengths(dataset)).order]
+        for chunk in (order[start : start + 32] for start in range(0, len(order), 32))
+    )
+    sizes = [len(batch["input_ids"]) for batch in large.get_test_dataloader(dataset)]
+    assert sum(sizes) == len(dataset) and max(sizes) <= 32
+    real, computed = large.data_collator.real, large.data_collator.computed
+    assert real / computed >= 0.95 > real / fixed_sorted_computed
+    output = large.predict(dataset)
+    plain = _trainer(tiny_backbone_path, tmp_path, dataset, length_sorted_eval=False).predict(dataset)
+    np.testing.assert_allclose(output.predictions, plain.predictions, atol=1e-5)
+    assert np.array_equal(output.label_ids, np.array(dataset["labels"]))
 
 
 def test_group_by_length_without_sorted_evaluation_still_predicts_in_input_order(

@@ -9,8 +9,9 @@ Each phase runs ``--texts`` texts once per round, in batches of train.py's sizes
 inference), in these ways:
 
 * ``random, padded``: random batches, each padded to its longest text (transformers' Trainer default);
-* ``by length, padded``: train.py's defaults: for training the batches of transformers' ``LengthGroupedSampler``
-  (similar lengths, random between groups), for inference the texts sorted longest first; padded;
+* ``by length, padded``: train.py's defaults: for training its length-grouped batches (similar lengths, random
+  between groups), for inference the texts sorted longest first in batches that end early rather than pad more
+  than 5%; padded;
 * ``random, packed``: the random batches with ``packed_batches=True``: each batch's texts packed into rows as long
   as its longest text, with a block-diagonal mask (what sdpa on CPU runs);
 * ``random, packed in one row``: the same with every text of a batch in one row (the layout flash-attention varlen
@@ -43,15 +44,14 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 from corpora.fortunes import FortunesMissing, build_fortunes  # noqa: E402  (bench/ is this script's folder)
 from transformers import AutoTokenizer  # noqa: E402
-from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 
 import pooled_models.modeling.packing as packing  # noqa: E402
 from pooled_models import PooledForSequenceClassification  # noqa: E402
 from pooled_models.train.arguments import TRAIN_BATCH_SIZE  # noqa: E402
+from pooled_models.train.batching import length_grouped_batches, length_sorted_batches  # noqa: E402
 
 MAX_SEQ_LENGTH = 128
 EVAL_BATCH_SIZE = 32
-SIZES = {"train": TRAIN_BATCH_SIZE, "inference": EVAL_BATCH_SIZE}
 BASELINE = "by length, padded"
 MODES = ("random, padded", BASELINE, "random, packed", "random, packed in one row")
 PHASES = ("train", "inference")
@@ -78,37 +78,39 @@ def corpus(seed: int) -> tuple[list[str], str]:
         ], "synthetic (lognormal lengths)"
 
 
-def orders(lengths: list[int], count: int, seed: int) -> dict[tuple[str, str], list[int]]:
-    """(phase, order) -> the texts each phase runs, in that order; both orders of a phase hold the same texts.
+def orders(lengths: list[int], count: int, seed: int) -> dict[tuple[str, str], list[list[int]]]:
+    """(phase, order) -> the batches each phase runs, in that order; both orders of a phase hold the same texts.
 
-    Training: ``count // 16`` batches drawn at random from an epoch of ``LengthGroupedSampler`` over the whole split
-    (its mega-batches of 50 batches need the whole split to group as they do in train.py), and the same texts in
-    random batches. Inference: ``count`` random texts, in random order or sorted longest first (train.py's evaluation
-    and prediction order).
+    Training: ``count // 16`` batches drawn at random from an epoch of train.py's length-grouped batches over the
+    whole split (its groups of 50 batches need the whole split to group as they do in train.py), and the same texts
+    in random batches. Inference: ``count`` random texts, in random batches of 32 or in train.py's evaluation and
+    prediction batches (sorted longest first, at most 32 texts, ending early rather than pad more than 5%).
     """
-    generator = torch.Generator().manual_seed(seed)
     rng = random.Random(seed)
-    grouped = list(LengthGroupedSampler(TRAIN_BATCH_SIZE, lengths=lengths, generator=generator))
-    grouped_batches = [
-        grouped[start : start + TRAIN_BATCH_SIZE] for start in range(0, len(grouped), TRAIN_BATCH_SIZE)
-    ]
-    chosen = rng.sample(grouped_batches[:-1], count // TRAIN_BATCH_SIZE)  # the last batch may be short
+    rows = rng.sample(range(len(lengths)), len(lengths))
+    grouped = length_grouped_batches(rows, lengths, TRAIN_BATCH_SIZE, rng)
+    full = [batch for batch in grouped if len(batch) == TRAIN_BATCH_SIZE]
+    chosen = rng.sample(full, count // TRAIN_BATCH_SIZE)
     train_texts = [index for batch in chosen for index in batch]
+    shuffled = rng.sample(train_texts, len(train_texts))
     sample = rng.sample(range(len(lengths)), count)
+    by_length = sorted(sample, key=lambda index: -lengths[index])
     return {
-        ("train", "random"): rng.sample(train_texts, len(train_texts)),
-        ("train", "by length"): train_texts,
-        ("inference", "random"): sample,
-        ("inference", "by length"): sorted(sample, key=lambda index: -lengths[index]),
+        ("train", "random"): fixed_size(shuffled, TRAIN_BATCH_SIZE),
+        ("train", "by length"): chosen,
+        ("inference", "random"): fixed_size(sample, EVAL_BATCH_SIZE),
+        ("inference", "by length"): length_sorted_batches(by_length, lengths, EVAL_BATCH_SIZE),
     }
 
 
-def batches(
-    encoded: list[list[int]], order: list[int], size: int, pad_id: int
-) -> list[dict[str, torch.Tensor]]:
+def fixed_size(order: list[int], size: int) -> list[list[int]]:
+    return [order[start : start + size] for start in range(0, len(order), size)]
+
+
+def batches(encoded: list[list[int]], groups: list[list[int]], pad_id: int) -> list[dict[str, torch.Tensor]]:
     out = []
-    for start in range(0, len(order), size):
-        rows = [encoded[index] for index in order[start : start + size]]
+    for group in groups:
+        rows = [encoded[index] for index in group]
         width = max(len(row) for row in rows)
         ids = torch.full((len(rows), width), pad_id)
         mask = torch.zeros(len(rows), width, dtype=torch.long)
@@ -175,8 +177,8 @@ def main() -> int:
     rng = random.Random(args.seed)
     order_of = orders([len(ids) for ids in encoded], args.texts, args.seed)
     data = {
-        (phase, order): batches(encoded, indices, SIZES[phase], tokenizer.pad_token_id)
-        for (phase, order), indices in order_of.items()
+        (phase, order): batches(encoded, groups, tokenizer.pad_token_id)
+        for (phase, order), groups in order_of.items()
     }
 
     def data_for(phase, mode):
@@ -202,7 +204,8 @@ def main() -> int:
                 seconds[phase, mode].append(run(model, data_for(phase, mode), mode, phase))
         print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
 
-    lengths = [len(encoded[index]) for index in order_of["train", "random"] + order_of["inference", "random"]]
+    texts_of = {phase: [index for batch in order_of[phase, "random"] for index in batch] for phase in PHASES}
+    lengths = [len(encoded[index]) for phase in PHASES for index in texts_of[phase]]
     sorted_lengths = sorted(lengths)
     lines = [
         f"{args.texts} texts per phase from {source}, MiniLM-L6 (mean pooling), {torch.get_num_threads()} torch thread(s), "
@@ -218,7 +221,7 @@ def main() -> int:
             batches_ = data_for(phase, mode)
             real = sum(int(batch["attention_mask"].sum()) for batch in batches_)
             computed = sum(computed_positions(batch, mode) for batch in batches_)
-            speed = len(order_of[phase, "random"]) / statistics.median(seconds[phase, mode])
+            speed = len(texts_of[phase]) / statistics.median(seconds[phase, mode])
             ratio = statistics.median(
                 base / own for base, own in zip(seconds[phase, BASELINE], seconds[phase, mode], strict=True)
             )

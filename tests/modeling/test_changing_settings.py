@@ -286,12 +286,20 @@ def test_a_live_label_token_model_refuses_a_new_label_token_layers(saved, tmp_pa
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pooling", ["mean", "label_tokens"])
+@pytest.mark.parametrize(
+    "pooling, settings",
+    [
+        ("mean", {}),
+        ("label_tokens", {"label_token_init": "random"}),
+        # Label tokens joining the top layer only: their markers' ids sit past the vocabulary, which resizing moves.
+        ("label_tokens", {"label_token_init": "random", "label_token_layers": 1}),
+    ],
+    ids=["mean", "label_tokens", "label_tokens_top_layer"],
+)
 @pytest.mark.parametrize("new_size", [130, 110])
 def test_resizing_the_vocabulary_keeps_both_configs_consistent_and_reloads_exactly(
-    saved, tmp_path, pooling, new_size
+    saved, tmp_path, pooling, settings, new_size
 ):
-    settings = {"label_token_init": "random"} if pooling == "label_tokens" else {}
     model = PooledForSequenceClassification.from_pretrained(saved(pooling, **settings))
     labels_before = model.pooler.label_embeddings.weight.clone() if pooling == "label_tokens" else None
     model.resize_token_embeddings(new_size)

@@ -442,6 +442,15 @@ class PooledTrainingArguments(TrainingArguments):
         },
     )
     freeze_backbone: bool = field(default=False, metadata={"help": "Train only the pooler and head."})
+    layerwise_lr_decay: float = field(
+        default=1.0,
+        metadata={
+            "help": "Layer-wise learning-rate decay, in (0, 1]: backbone layer i of L trains at learning_rate x "
+            "decay^(L-1-i) (the top layer at learning_rate), the embeddings at learning_rate x decay^L, and the "
+            "pooler and head at head_learning_rate, so that the layers nearest the input, which hold the most "
+            "general features, change least. 1.0: off (one learning rate for the whole backbone)."
+        },
+    )
     early_stopping_patience: int | None = field(
         default=None,
         metadata={
@@ -523,6 +532,9 @@ class PooledTrainingArguments(TrainingArguments):
             raise UsageError(f"sampling_alpha must be a number >= 0, got {self.sampling_alpha!r}.")
         if self.head_learning_rate is not None and self.head_learning_rate < 0:
             raise UsageError(f"head_learning_rate must be >= 0, got {self.head_learning_rate}.")
+        _require_number(
+            "layerwise_lr_decay", self.layerwise_lr_decay, lambda value: 0 < value <= 1, "in (0, 1]"
+        )
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")
@@ -541,6 +553,12 @@ class PooledTrainingArguments(TrainingArguments):
             # process launched by `accelerate launch --multi_gpu` on a machine without GPUs trains alone.
             self.use_cpu = True
         super().__post_init__()
+
+
+def _require_number(name: str, value: Any, valid, valid_range: str) -> None:
+    """Refuse a setting that is not a number in its range (a config file's value bypasses argparse's type)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
+        raise UsageError(f"{name} must be a number {valid_range}, got {value!r}.")
 
 
 def _launched_on_several_cpu_processes() -> bool:

@@ -14,6 +14,7 @@ from .batching import (
     restore_input_order,
     token_lengths,
 )
+from .learning_rates import layerwise_learning_rates
 from .model_setup import backbone_of
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "freeze_backbone",
     "PooledTrainer",
     "callbacks_for",
+    "check_training_options",
 ]
 
 # ----------------------------------------------------------------------------------------------------
@@ -123,8 +125,21 @@ class PooledTrainer(Trainer):
         )
 
     def parameter_learning_rates(self, model) -> dict[int, float]:
-        """id of a parameter -> its learning rate, for the parameters that do not train at ``args.learning_rate``:
-        the pooler and head (a subclass may give other parts their own)."""
+        """id of a parameter -> its learning rate, for the parameters that may not train at ``args.learning_rate``:
+        the backbone's layers under layer-wise decay, and the pooler and head."""
+        rates = self.backbone_learning_rates(model)
+        rates.update(self.head_learning_rates(model))
+        return rates
+
+    def backbone_learning_rates(self, model) -> dict[int, float]:
+        """The backbone's rates under ``args.layerwise_lr_decay`` (none when it is 1.0: all at ``learning_rate``)."""
+        decay = getattr(self.args, "layerwise_lr_decay", 1.0)
+        if decay == 1.0:
+            return {}
+        return layerwise_learning_rates(backbone_of(model), self.args.learning_rate, decay)
+
+    def head_learning_rates(self, model) -> dict[int, float]:
+        """The pooler's and head's rate, ``args.head_learning_rate`` (a subclass may give each head its own)."""
         head_learning_rate = getattr(self.args, "head_learning_rate", None)
         if head_learning_rate is None:
             return {}
@@ -171,6 +186,16 @@ def _sorts_evaluation(args, dataset) -> bool:
 # ----------------------------------------------------------------------------------------------------
 # Callbacks and checkpoints
 # ----------------------------------------------------------------------------------------------------
+
+
+def check_training_options(model, training_args) -> None:
+    """Refuse, before a run writes anything, training options the model cannot take (the Trainer would only find
+    out once training starts)."""
+    decay = getattr(training_args, "layerwise_lr_decay", 1.0)
+    if decay != 1.0:
+        layerwise_learning_rates(
+            backbone_of(model), training_args.learning_rate, decay
+        )  # raises a UsageError
 
 
 def callbacks_for(training_args) -> list[TrainerCallback]:

@@ -451,6 +451,15 @@ class PooledTrainingArguments(TrainingArguments):
             "general features, change least. 1.0: off (one learning rate for the whole backbone)."
         },
     )
+    label_smoothing_factor: float = field(
+        default=0.0,
+        metadata={
+            "help": "Label smoothing epsilon, in [0, 1): single-label and token classification train on "
+            "cross-entropy against 1 - epsilon on the true class plus epsilon spread over all classes; multi-label "
+            "runs train their multi-label loss on targets y * (1 - epsilon) + epsilon / 2. Only the training loss "
+            "is smoothed. Refused for regression; a multi-task run's regression tasks keep their loss. 0: off."
+        },
+    )
     early_stopping_patience: int | None = field(
         default=None,
         metadata={
@@ -534,6 +543,9 @@ class PooledTrainingArguments(TrainingArguments):
             raise UsageError(f"head_learning_rate must be >= 0, got {self.head_learning_rate}.")
         _require_number(
             "layerwise_lr_decay", self.layerwise_lr_decay, lambda value: 0 < value <= 1, "in (0, 1]"
+        )
+        _require_number(
+            "label_smoothing_factor", self.label_smoothing_factor, lambda value: 0 <= value < 1, "in [0, 1)"
         )
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:

@@ -223,6 +223,8 @@ def chosen_training_options(args) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if getattr(args, "layerwise_lr_decay", 1.0) != 1.0:
         options["layer-wise learning-rate decay"] = args.layerwise_lr_decay
+    if getattr(args, "label_smoothing_factor", 0.0):
+        options["label smoothing"] = args.label_smoothing_factor
     return options
 
 

@@ -3,6 +3,9 @@ padding, backbone freezing and early stopping."""
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 
@@ -14,8 +17,11 @@ from .batching import (
     restore_input_order,
     token_lengths,
 )
+from .label_smoothing import check_label_smoothing, smoothed_loss
 from .learning_rates import layerwise_learning_rates
 from .model_setup import backbone_of
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "head_parameters",
@@ -57,7 +63,10 @@ class PooledTrainer(Trainer):
     and whose batches carry little padding.
 
     The pooler and head start from random weights while the backbone is pretrained, so the head usually wants a
-    larger step than the backbone can take without forgetting. The scheduler scales both rates alike.
+    larger step than the backbone can take without forgetting. The scheduler scales both rates alike. With
+    ``layerwise_lr_decay`` below 1 the backbone's layers get lower rates the nearer they are to the input
+    (learning_rates.py); with ``label_smoothing_factor`` the training loss is smoothed for each kind of head
+    (label_smoothing.py) instead of by Trainer's LabelSmoother, which suits single-label heads only.
 
     With ``train_sampling_strategy="group_by_length"`` training batches hold texts of similar length (random between
     groups). With ``length_sorted_eval`` (both train.py's defaults) evaluation and prediction run longest text first,
@@ -66,6 +75,28 @@ class PooledTrainer(Trainer):
     rows in the dataset's order. (transformers' own Trainer, with group_by_length, also
     shuffles the evaluation order, and ``predict`` then returns rows in that shuffled order.)
     """
+
+    def __init__(self, *args, **kwargs):
+        with warnings.catch_warnings():
+            # Our compute_loss smooths multi-label targets too (label_smoothing.py); Trainer's warning that it cannot
+            # would be wrong.
+            warnings.filterwarnings("ignore", message="Label smoothing is not compatible with multi-label")
+            super().__init__(*args, **kwargs)
+        self.label_smoother = (
+            None  # Trainer's is right for single-label heads only: compute_loss smooths instead
+        )
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        epsilon = self.args.label_smoothing_factor
+        if not epsilon or not model.training or "labels" not in inputs:
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+        # The model checks the labels and computes its own loss, which a regression task keeps.
+        outputs = model(**inputs)
+        smoothed = smoothed_loss(self.accelerator.unwrap_model(model), inputs, outputs.logits, epsilon)
+        loss = outputs.loss if smoothed is None else smoothed
+        return (loss, outputs) if return_outputs else loss
 
     def _get_train_sampler(self, train_dataset=None):
         dataset = self.train_dataset if train_dataset is None else train_dataset
@@ -192,10 +223,14 @@ def check_training_options(model, training_args) -> None:
     """Refuse, before a run writes anything, training options the model cannot take (the Trainer would only find
     out once training starts)."""
     decay = getattr(training_args, "layerwise_lr_decay", 1.0)
-    if decay != 1.0:
-        layerwise_learning_rates(
-            backbone_of(model), training_args.learning_rate, decay
-        )  # raises a UsageError
+    if decay != 1.0:  # a backbone whose layers cannot be found raises a UsageError
+        layerwise_learning_rates(backbone_of(model), training_args.learning_rate, decay)
+    unsmoothed = check_label_smoothing(model, training_args.label_smoothing_factor)
+    if unsmoothed:
+        logger.info(
+            "Label smoothing applies to the classification tasks; the regression tasks (%s) keep their loss.",
+            ", ".join(unsmoothed),
+        )
 
 
 def callbacks_for(training_args) -> list[TrainerCallback]:

@@ -2,11 +2,24 @@
 before fine-tuning (LP-FT) and an exponential moving average of the weights (EMA)."""
 
 import pytest
-from helpers import tiny_model, topic_rows, train, write_rows
+import torch
+from helpers import (
+    MULTITASK_TASKS,
+    multi_label_rows,
+    random_batch,
+    tiny_model,
+    tiny_multitask_model,
+    topic_rows,
+    train,
+    write_rows,
+)
 from torch import nn
+from torch.nn import functional as F
 from transformers import TrainerCallback
+from transformers.trainer_pt_utils import LabelSmoother
 
-from pooled_models.train.arguments import PooledTrainingArguments, parse_arguments
+from pooled_models.modeling.losses import classification_loss
+from pooled_models.train.arguments import PooledTrainingArguments, _parser, parse_arguments
 from pooled_models.train.errors import UsageError
 from pooled_models.train.learning_rates import layerwise_learning_rates
 from pooled_models.train.trainer import PooledTrainer, check_training_options, head_parameters
@@ -142,3 +155,118 @@ def test_layerwise_rates_follow_the_formula_for_deeper_backbones():
         assert rates[id(layer.weight)] == pytest.approx(0.8 ** (5 - number))
     assert rates[id(backbone.embeddings.weight)] == pytest.approx(0.8**6)
     assert rates[id(backbone.final_norm.weight)] == 1.0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Label smoothing
+# ----------------------------------------------------------------------------------------------------
+
+LENGTHS = [5, 3, 4, 6]
+
+
+def smoothed_step(model, labels, tmp_path, epsilon=0.1, training=True, **inputs):
+    """(loss, outputs) of PooledTrainer.compute_loss on a batch of four texts, in training or evaluation mode."""
+    trainer = PooledTrainer(model=model, args=training_arguments(tmp_path, label_smoothing_factor=epsilon))
+    model.train(training)
+    batch = {**random_batch(LENGTHS), "labels": labels, **inputs}
+    return trainer.compute_loss(model, batch, return_outputs=True)
+
+
+def test_single_label_smoothing_is_smoothed_cross_entropy_in_training_only(tmp_path):
+    model = tiny_model("mean", num_labels=3)
+    labels = torch.tensor([0, 2, 1, 2])
+    loss, outputs = smoothed_step(model, labels, tmp_path)
+    assert loss.item() == pytest.approx(F.cross_entropy(outputs.logits, labels, label_smoothing=0.1).item())
+    assert loss.item() != pytest.approx(F.cross_entropy(outputs.logits, labels).item())
+    # what transformers' LabelSmoother computes for a single-label head: the same loss as before
+    assert loss.item() == pytest.approx(LabelSmoother(epsilon=0.1)(outputs, labels).item())
+    loss, outputs = smoothed_step(model, labels, tmp_path, training=False)
+    assert loss.item() == pytest.approx(
+        F.cross_entropy(outputs.logits, labels).item()
+    )  # evaluation: unsmoothed
+
+
+def test_multi_label_smoothing_pulls_each_target_towards_one_half(tmp_path):
+    labels = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    model = tiny_model(
+        "mean", num_labels=3, problem_type="multi_label_classification", multi_label_loss="bce"
+    )
+    loss, outputs = smoothed_step(model, labels, tmp_path)
+    expected = F.binary_cross_entropy_with_logits(outputs.logits, labels * 0.9 + 0.05)
+    assert loss.item() == pytest.approx(expected.item())
+    # train.py's multi-label default, the asymmetric loss, is computed on the smoothed targets the same way
+    model = tiny_model(
+        "mean", num_labels=3, problem_type="multi_label_classification", multi_label_loss="asymmetric"
+    )
+    loss, outputs = smoothed_step(model, labels, tmp_path)
+    expected = classification_loss(outputs.logits, labels * 0.9 + 0.05, model.config)
+    assert loss.item() == pytest.approx(expected.item())
+    assert loss.item() != pytest.approx(classification_loss(outputs.logits, labels, model.config).item())
+
+
+def test_label_smoothing_in_a_multitask_model_follows_each_tasks_problem_type(tmp_path):
+    model = tiny_multitask_model()
+    check_training_options(
+        model, training_arguments(tmp_path, label_smoothing_factor=0.1)
+    )  # urgency is left as is
+
+    labels = torch.tensor([0, 2, 1, 2])
+    loss, outputs = smoothed_step(model, labels, tmp_path, task="team")
+    assert loss.item() == pytest.approx(F.cross_entropy(outputs.logits, labels, label_smoothing=0.1).item())
+
+    multi_hot = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    loss, outputs = smoothed_step(model, multi_hot, tmp_path, task="topics")
+    expected = F.binary_cross_entropy_with_logits(
+        outputs.logits, multi_hot * 0.9 + 0.05
+    )  # the task's loss: BCE
+    assert loss.item() == pytest.approx(expected.item())
+
+    scores = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    loss, outputs = smoothed_step(model, scores, tmp_path, task="urgency")
+    assert loss.item() == pytest.approx(F.mse_loss(outputs.logits.squeeze(-1), scores).item())
+
+    tags = torch.tensor(
+        [[1, 2, 0, 0, 3, -100], [0, 0, 4, -100, -100, -100], [3, 4, 0, 0, -100, -100], [0] * 6]
+    )
+    loss, outputs = smoothed_step(model, tags, tmp_path, task="entities")
+    expected = F.cross_entropy(
+        outputs.logits.flatten(0, 1), tags.flatten(), ignore_index=-100, label_smoothing=0.1
+    )
+    assert loss.item() == pytest.approx(expected.item())
+
+
+def test_label_smoothing_is_refused_where_nothing_would_be_smoothed(tmp_path):
+    args = training_arguments(tmp_path, label_smoothing_factor=0.1)
+    regression = tiny_model("mean", num_labels=1, problem_type="regression")
+    with pytest.raises(
+        UsageError, match="label_smoothing_factor=0.1 smooths class targets, and this run's labels"
+    ):
+        check_training_options(regression, args)
+    only_regression = tiny_multitask_model(tasks={"urgency": MULTITASK_TASKS["urgency"]})
+    with pytest.raises(UsageError, match="every task of this run is a regression task"):
+        check_training_options(only_regression, args)
+    check_training_options(regression, training_arguments(tmp_path))  # off: nothing to refuse
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "1.5"])
+def test_label_smoothing_outside_its_range_is_refused(value):
+    with pytest.raises(UsageError, match=r"label_smoothing_factor must be a number in \[0, 1\), got"):
+        parse_arguments(["--output_dir", "out", "--label_smoothing_factor", value])
+
+
+def test_help_says_what_label_smoothing_does_for_each_kind_of_head():
+    text = " ".join(_parser().format_help().split())
+    assert "--label_smoothing_factor" in text
+    assert "multi-label runs train their multi-label loss on targets y * (1 - epsilon) + epsilon / 2" in text
+
+
+def test_a_multi_label_train_py_run_is_smoothed_not_left_unsmoothed(
+    tiny_backbone_path, tmp_path, one_torch_thread
+):
+    # transformers' Trainer turns smoothing off for a multi-label model: the two runs would train alike
+    data = write_rows(tmp_path / "train.jsonl", multi_label_rows(32))
+    flags = ["--train_file", str(data), "--do_train", "--num_train_epochs", "1"]
+    plain = train(tiny_backbone_path, tmp_path / "plain", *flags)
+    smoothed = train(tiny_backbone_path, tmp_path / "smoothed", *flags, "--label_smoothing_factor", "0.1")
+    assert smoothed.metrics["train_loss"] != pytest.approx(plain.metrics["train_loss"])
+    assert "| label smoothing | 0.1 |" in (smoothed.output_dir / "README.md").read_text()

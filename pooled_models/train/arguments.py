@@ -451,6 +451,15 @@ class PooledTrainingArguments(TrainingArguments):
             "general features, change least. 1.0: off (one learning rate for the whole backbone)."
         },
     )
+    linear_probe_epochs: float = field(
+        default=0.0,
+        metadata={
+            "help": "LP-FT: train only the pooler and head for this many epochs first (a fraction is allowed), on the "
+            "backbone's features as they are, then everything. The backbone gets no gradient, no update and no "
+            "weight decay during the probe, then warms up over the steps left; the probe counts within "
+            "num_train_epochs. 0: off."
+        },
+    )
     label_smoothing_factor: float = field(
         default=0.0,
         metadata={
@@ -547,6 +556,7 @@ class PooledTrainingArguments(TrainingArguments):
         _require_number(
             "label_smoothing_factor", self.label_smoothing_factor, lambda value: 0 <= value < 1, "in [0, 1)"
         )
+        self._check_linear_probe()
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")
@@ -565,6 +575,24 @@ class PooledTrainingArguments(TrainingArguments):
             # process launched by `accelerate launch --multi_gpu` on a machine without GPUs trains alone.
             self.use_cpu = True
         super().__post_init__()
+
+    def _check_linear_probe(self) -> None:
+        _require_number("linear_probe_epochs", self.linear_probe_epochs, lambda value: value >= 0, ">= 0")
+        if not self.linear_probe_epochs:
+            return
+        if self.freeze_backbone:
+            raise UsageError(
+                "linear_probe_epochs trains the backbone after the probe, and freeze_backbone never does: choose one."
+            )
+        if self.max_steps <= 0 and self.linear_probe_epochs >= self.num_train_epochs:
+            raise UsageError(
+                f"linear_probe_epochs must be less than num_train_epochs ({self.num_train_epochs}), which it is part "
+                f"of, so that the backbone trains after the probe; got {self.linear_probe_epochs}."
+            )
+        if self.ddp_find_unused_parameters is None:
+            # Several processes: the backbone gets no gradient during the probe, which DistributedDataParallel must
+            # be told of (one process ignores the setting).
+            self.ddp_find_unused_parameters = True
 
 
 def _require_number(name: str, value: Any, valid, valid_range: str) -> None:

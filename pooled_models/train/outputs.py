@@ -225,6 +225,8 @@ def chosen_training_options(args) -> dict[str, Any]:
         options["layer-wise learning-rate decay"] = args.layerwise_lr_decay
     if getattr(args, "label_smoothing_factor", 0.0):
         options["label smoothing"] = args.label_smoothing_factor
+    if getattr(args, "linear_probe_epochs", 0.0):
+        options["linear probe (pooler and head alone) epochs"] = args.linear_probe_epochs
     return options
 
 

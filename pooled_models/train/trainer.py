@@ -17,8 +17,10 @@ from .batching import (
     restore_input_order,
     token_lengths,
 )
+from .errors import UsageError
 from .label_smoothing import check_label_smoothing, smoothed_loss
 from .learning_rates import layerwise_learning_rates
+from .linear_probe import BACKBONE, HEAD, PART, LinearProbe, probe_schedule, probe_steps
 from .model_setup import backbone_of
 
 logger = logging.getLogger(__name__)
@@ -66,7 +68,9 @@ class PooledTrainer(Trainer):
     larger step than the backbone can take without forgetting. The scheduler scales both rates alike. With
     ``layerwise_lr_decay`` below 1 the backbone's layers get lower rates the nearer they are to the input
     (learning_rates.py); with ``label_smoothing_factor`` the training loss is smoothed for each kind of head
-    (label_smoothing.py) instead of by Trainer's LabelSmoother, which suits single-label heads only.
+    (label_smoothing.py) instead of by Trainer's LabelSmoother, which suits single-label heads only. With
+    ``linear_probe_epochs`` the pooler and head train alone first (linear_probe.py): the optimizer's param groups
+    say which part they train, and the backbone's follow a schedule of their own.
 
     With ``train_sampling_strategy="group_by_length"`` training batches hold texts of similar length (random between
     groups). With ``length_sorted_eval`` (both train.py's defaults) evaluation and prediction run longest text first,
@@ -82,9 +86,11 @@ class PooledTrainer(Trainer):
             # would be wrong.
             warnings.filterwarnings("ignore", message="Label smoothing is not compatible with multi-label")
             super().__init__(*args, **kwargs)
-        self.label_smoother = (
-            None  # Trainer's is right for single-label heads only: compute_loss smooths instead
-        )
+        # Trainer's LabelSmoother is right for single-label heads only: compute_loss smooths instead.
+        self.label_smoother = None
+        self.linear_probe_steps = 0  # set once the number of steps is known (set_initial_training_values)
+        if getattr(self.args, "linear_probe_epochs", 0.0) > 0:
+            self.add_callback(LinearProbe(self))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         epsilon = self.args.label_smoothing_factor
@@ -177,20 +183,23 @@ class PooledTrainer(Trainer):
         return dict.fromkeys(head_parameters(model), head_learning_rate)
 
     def create_optimizer(self, model=None):
+        if self.optimizer is not None:
+            return super().create_optimizer(model)
         opt_model = self.model if model is None else model
-        rates = (
-            {}
-            if self.optimizer is not None
-            else self.parameter_learning_rates(self.accelerator.unwrap_model(opt_model))
-        )
-        if not rates:
+        unwrapped = self.accelerator.unwrap_model(opt_model)
+        rates = self.parameter_learning_rates(unwrapped)
+        probing = getattr(self.args, "linear_probe_epochs", 0.0) > 0
+        if not rates and not probing:
             return super().create_optimizer(model)
         decay = set(self.get_decay_parameter_names(opt_model))
-        groups: dict[tuple[float, bool], list] = {}
+        head = head_parameters(unwrapped)
+        # One group per (rate, weight decay or not, part): a linear probe switches the backbone's groups off first.
+        groups: dict[tuple[float, bool, str], list] = {}
         for name, parameter in opt_model.named_parameters():
             if parameter.requires_grad:
                 rate = rates.get(id(parameter), self.args.learning_rate)
-                groups.setdefault((rate, name in decay), []).append(parameter)
+                part = HEAD if id(parameter) in head else BACKBONE
+                groups.setdefault((rate, name in decay, part), []).append(parameter)
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
         self.optimizer = optimizer_cls(
             [
@@ -198,12 +207,30 @@ class PooledTrainer(Trainer):
                     "params": parameters,
                     "lr": rate,
                     "weight_decay": self.args.weight_decay if decays else 0.0,
+                    PART: part,
                 }
-                for (rate, decays), parameters in groups.items()
+                for (rate, decays, part), parameters in groups.items()
             ],
             **optimizer_kwargs,
         )
         return self.optimizer
+
+    # -- LP-FT: a linear probe before fine-tuning (linear_probe.py) ---------------------------------------------
+
+    def set_initial_training_values(self, args, dataloader):
+        values = super().set_initial_training_values(args, dataloader)
+        _, steps_per_epoch, *_, max_steps = values
+        epochs = getattr(args, "linear_probe_epochs", 0.0)
+        self.linear_probe_steps = probe_steps(epochs, steps_per_epoch, max_steps) if epochs > 0 else 0
+        return values
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None and self.linear_probe_steps:
+            self.lr_scheduler = probe_schedule(
+                self.args, optimizer or self.optimizer, num_training_steps, self.linear_probe_steps
+            )
+            self._created_lr_scheduler = True  # Trainer makes a new one for the next train() call
+        return super().create_scheduler(num_training_steps, optimizer)
 
 
 def _has_input_ids(dataset) -> bool:
@@ -225,6 +252,11 @@ def check_training_options(model, training_args) -> None:
     decay = getattr(training_args, "layerwise_lr_decay", 1.0)
     if decay != 1.0:  # a backbone whose layers cannot be found raises a UsageError
         layerwise_learning_rates(backbone_of(model), training_args.learning_rate, decay)
+    if getattr(training_args, "linear_probe_epochs", 0.0) > 0 and not head_parameters(model):
+        raise UsageError(
+            "linear_probe_epochs trains the pooler and head alone first, and this model has no parameters that "
+            "train.py knows as its head."
+        )
     unsmoothed = check_label_smoothing(model, training_args.label_smoothing_factor)
     if unsmoothed:
         logger.info(

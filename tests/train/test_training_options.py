@@ -22,6 +22,7 @@ from pooled_models.modeling.losses import classification_loss
 from pooled_models.train.arguments import PooledTrainingArguments, _parser, parse_arguments
 from pooled_models.train.errors import UsageError
 from pooled_models.train.learning_rates import layerwise_learning_rates
+from pooled_models.train.linear_probe import probe_steps
 from pooled_models.train.trainer import PooledTrainer, check_training_options, head_parameters
 
 LEARNING_RATE, HEAD_LEARNING_RATE = 1e-3, 1e-2
@@ -270,3 +271,90 @@ def test_a_multi_label_train_py_run_is_smoothed_not_left_unsmoothed(
     smoothed = train(tiny_backbone_path, tmp_path / "smoothed", *flags, "--label_smoothing_factor", "0.1")
     assert smoothed.metrics["train_loss"] != pytest.approx(plain.metrics["train_loss"])
     assert "| label smoothing | 0.1 |" in (smoothed.output_dir / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------------------
+# LP-FT: a linear probe before fine-tuning
+# ----------------------------------------------------------------------------------------------------
+
+
+class RecordProbe(TrainerCallback):
+    """The weights at the start, after the probe's last step and at the end, and each step's learning rates."""
+
+    def __init__(self, probe_steps):
+        self.probe_steps, self.weights, self.rates = probe_steps, {}, []
+
+    def snapshot(self, when, model):
+        self.weights[when] = {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.snapshot("start", model)
+
+    def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
+        self.rates.append({group["part"]: group["lr"] for group in optimizer.param_groups})
+
+    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        if state.global_step == self.probe_steps:
+            self.snapshot("after probe", model)
+            backbone = [
+                p for group in optimizer.param_groups if group["part"] == "backbone" for p in group["params"]
+            ]
+            # no gradient computed, so no Adam moments either: they start when the backbone joins
+            self.backbone_in_probe = {(p.requires_grad, bool(optimizer.state.get(p))) for p in backbone}
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        self.snapshot("end", model)
+
+    def changed(self, before, after, part):
+        names = [name for name in self.weights[before] if name.startswith(part)]
+        return [
+            name for name in names if not torch.equal(self.weights[before][name], self.weights[after][name])
+        ]
+
+
+def test_a_linear_probe_trains_the_head_alone_then_everything(tiny_backbone_path, tmp_path, one_torch_thread):
+    data = write_rows(tmp_path / "train.csv", topic_rows(48))  # 3 steps an epoch
+    record = RecordProbe(probe_steps=3)
+    result = train(
+        tiny_backbone_path,
+        tmp_path / "out",
+        *["--train_file", str(data), "--do_train", "--num_train_epochs", "3", "--linear_probe_epochs", "1"],
+        *["--weight_decay", "0.1", "--warmup_steps", "0.5"],  # weight decay would show on the backbone
+        callbacks=[record],
+    )
+    backbone = "backbone."
+    assert record.changed("start", "after probe", backbone) == []  # no update, no weight decay
+    assert record.backbone_in_probe == {(False, False)}
+    assert record.changed("start", "after probe", "classifier.")  # the head learned during the probe
+    assert record.changed("after probe", "end", backbone)  # then the backbone trained
+    # The head follows the run's schedule (9 steps, warm-up ceil(4.5) = 5); the backbone's rate is 0 for the probe's 3
+    # steps, then it follows the same schedule over the 6 steps left (warm-up 3), from 0 again.
+    head = [rates["head"] for rates in record.rates]
+    backbone_rates = [rates["backbone"] for rates in record.rates]
+    assert head == pytest.approx([1e-3 * factor for factor in (0, 0.2, 0.4, 0.6, 0.8, 1, 0.75, 0.5, 0.25)])
+    assert backbone_rates == pytest.approx(
+        [1e-3 * factor for factor in (0, 0, 0, 0, 1 / 3, 2 / 3, 1, 2 / 3, 1 / 3)]
+    )
+    assert (
+        "| linear probe (pooler and head alone) epochs | 1.0 |"
+        in (result.output_dir / "README.md").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--linear_probe_epochs", "-1"], r"linear_probe_epochs must be a number >= 0, got -1"),
+        (["--linear_probe_epochs", "4"], r"linear_probe_epochs must be less than num_train_epochs \(4.0\)"),
+        (["--linear_probe_epochs", "1", "--freeze_backbone"], "freeze_backbone never does: choose one"),
+    ],
+)
+def test_a_linear_probe_that_leaves_nothing_to_fine_tune_is_refused(flags, message):
+    with pytest.raises(UsageError, match=message):
+        parse_arguments(["--output_dir", "out", *flags])
+
+
+def test_a_linear_probe_as_long_as_the_run_is_refused_when_its_steps_are_counted():
+    assert probe_steps(0.5, 7, 20) == 4  # a started step counts
+    with pytest.raises(UsageError, match=r"linear_probe_epochs=2 takes 14 of the run's 14 training steps"):
+        probe_steps(2, 7, 14)  # e.g. --max_steps 14 with 7 steps an epoch

@@ -460,6 +460,15 @@ class PooledTrainingArguments(TrainingArguments):
             "num_train_epochs. 0: off."
         },
     )
+    ema_decay: float | None = field(
+        default=None,
+        metadata={
+            "help": "Keep an exponential moving average of the weights (average = decay x average + (1 - decay) x "
+            "weights after every optimizer step), and evaluate and save it instead of the last weights; e.g. 0.99. "
+            "It spans about the last 1 / (1 - decay) steps, which should be well under the run's length. "
+            "Checkpoints keep it beside the raw weights, for resuming. In [0, 1); unset: off."
+        },
+    )
     label_smoothing_factor: float = field(
         default=0.0,
         metadata={
@@ -557,10 +566,17 @@ class PooledTrainingArguments(TrainingArguments):
             "label_smoothing_factor", self.label_smoothing_factor, lambda value: 0 <= value < 1, "in [0, 1)"
         )
         self._check_linear_probe()
+        if self.ema_decay is not None:
+            _require_number("ema_decay", self.ema_decay, lambda value: 0 <= value < 1, "in [0, 1) (or unset)")
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")
             self.load_best_model_at_end = True
+        if self.ema_decay is not None and self.save_only_model and self.load_best_model_at_end:
+            raise UsageError(
+                "ema_decay with load_best_model_at_end needs the average in the best checkpoint, which save_only_model "
+                "leaves out: drop save_only_model."
+            )
         if self.eval_strategy == "auto":
             self.eval_strategy = "epoch" if self.do_eval else "no"
         if self.save_strategy == "auto":

@@ -227,6 +227,8 @@ def chosen_training_options(args) -> dict[str, Any]:
         options["label smoothing"] = args.label_smoothing_factor
     if getattr(args, "linear_probe_epochs", 0.0):
         options["linear probe (pooler and head alone) epochs"] = args.linear_probe_epochs
+    if getattr(args, "ema_decay", None) is not None:
+        options["saved weights: exponential moving average, decay"] = args.ema_decay
     return options
 
 

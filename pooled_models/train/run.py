@@ -49,6 +49,7 @@ from .staging import StagedOutputDir
 from .task_specs import is_task_run
 from .threshold_tuning import ThresholdPlan, plan_thresholds, tune_on_validation
 from .trainer import PooledTrainer, callbacks_for, check_training_options, freeze_backbone
+from .weight_average import check_checkpoint_average
 
 __all__ = ["RunResult", "run", "main", "needed_splits"]
 
@@ -125,6 +126,8 @@ def _locked_run(
             if training_args.do_train
             else None
         )
+    if checkpoint is not None and training_args.ema_decay is not None:  # refused before anything is written
+        check_checkpoint_average(checkpoint, training_args.ema_decay)
     if training_args.should_save:
         staging.check(resuming=checkpoint is not None)
     set_seed(training_args.seed)

@@ -22,6 +22,7 @@ from .label_smoothing import check_label_smoothing, smoothed_loss
 from .learning_rates import layerwise_learning_rates
 from .linear_probe import BACKBONE, HEAD, PART, LinearProbe, probe_schedule, probe_steps
 from .model_setup import backbone_of
+from .weight_average import AverageWeights, WeightAverage, check_checkpoint_average
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ class PooledTrainer(Trainer):
     (learning_rates.py); with ``label_smoothing_factor`` the training loss is smoothed for each kind of head
     (label_smoothing.py) instead of by Trainer's LabelSmoother, which suits single-label heads only. With
     ``linear_probe_epochs`` the pooler and head train alone first (linear_probe.py): the optimizer's param groups
-    say which part they train, and the backbone's follow a schedule of their own.
+    say which part they train, and the backbone's follow a schedule of their own. With ``ema_decay`` an average of
+    the weights is what evaluations score and what is saved (weight_average.py).
 
     With ``train_sampling_strategy="group_by_length"`` training batches hold texts of similar length (random between
     groups). With ``length_sorted_eval`` (both train.py's defaults) evaluation and prediction run longest text first,
@@ -91,6 +93,10 @@ class PooledTrainer(Trainer):
         self.linear_probe_steps = 0  # set once the number of steps is known (set_initial_training_values)
         if getattr(self.args, "linear_probe_epochs", 0.0) > 0:
             self.add_callback(LinearProbe(self))
+        self.weight_average: WeightAverage | None = None  # while training with ema_decay (weight_average.py)
+        self.resumed_from: str | None = None  # the checkpoint this train() call continues
+        if getattr(self.args, "ema_decay", None) is not None:
+            self.add_callback(AverageWeights(self))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         epsilon = self.args.label_smoothing_factor
@@ -214,6 +220,42 @@ class PooledTrainer(Trainer):
             **optimizer_kwargs,
         )
         return self.optimizer
+
+    # -- EMA: the average of the weights is evaluated, saved and checkpointed (weight_average.py) --------------
+
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        self.resumed_from = None
+        output = super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
+        if self.weight_average is not None:
+            # From now on the model is the averaged one: what is evaluated, tuned, predicted with and saved.
+            self.weight_average.copy_to_model()
+            self.weight_average = None
+            logger.info(
+                "The average of the weights (ema_decay=%s) replaces the last ones.", self.args.ema_decay
+            )
+        return output
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        check_checkpoint_average(resume_from_checkpoint, getattr(self.args, "ema_decay", None))
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self.resumed_from = resume_from_checkpoint  # AverageWeights reads the checkpoint's average from it
+
+    def _evaluate(self, trial, ignore_keys_for_eval, skip_scheduler=False):
+        if self.weight_average is None:
+            return super()._evaluate(trial, ignore_keys_for_eval, skip_scheduler)
+        with self.weight_average.swapped_in():  # scored (and so chosen as the best) with the averaged weights
+            return super()._evaluate(trial, ignore_keys_for_eval, skip_scheduler)
+
+    def _save_optimizer_and_scheduler(self, output_dir):
+        super()._save_optimizer_and_scheduler(output_dir)
+        # Within the checkpoint, before trainer_state.json, which marks it complete (checkpoints.py).
+        if self.weight_average is not None and self.args.should_save:
+            self.weight_average.save(output_dir)
+
+    def _load_best_model(self):
+        super()._load_best_model()
+        if self.weight_average is not None:  # the best checkpoint was scored with its average
+            self.weight_average.load(self.state.best_model_checkpoint)
 
     # -- LP-FT: a linear probe before fine-tuning (linear_probe.py) ---------------------------------------------
 

@@ -1,6 +1,10 @@
 """train.py's training options beyond the defaults: layer-wise learning-rate decay, label smoothing, a linear probe
 before fine-tuning (LP-FT) and an exponential moving average of the weights (EMA)."""
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 from helpers import (
@@ -13,6 +17,7 @@ from helpers import (
     train,
     write_rows,
 )
+from safetensors.torch import load_file
 from torch import nn
 from torch.nn import functional as F
 from transformers import TrainerCallback
@@ -24,6 +29,7 @@ from pooled_models.train.errors import UsageError
 from pooled_models.train.learning_rates import layerwise_learning_rates
 from pooled_models.train.linear_probe import probe_steps
 from pooled_models.train.trainer import PooledTrainer, check_training_options, head_parameters
+from pooled_models.train.weight_average import EMA_FILE, WeightAverage
 
 LEARNING_RATE, HEAD_LEARNING_RATE = 1e-3, 1e-2
 
@@ -358,3 +364,146 @@ def test_a_linear_probe_as_long_as_the_run_is_refused_when_its_steps_are_counted
     assert probe_steps(0.5, 7, 20) == 4  # a started step counts
     with pytest.raises(UsageError, match=r"linear_probe_epochs=2 takes 14 of the run's 14 training steps"):
         probe_steps(2, 7, 14)  # e.g. --max_steps 14 with 7 steps an epoch
+
+
+# ----------------------------------------------------------------------------------------------------
+# EMA: an exponential moving average of the weights
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_the_average_follows_its_formula():
+    weights = nn.Linear(3, 2)
+    start = [parameter.detach().clone() for parameter in weights.parameters()]
+    average = WeightAverage(dict(weights.named_parameters()), decay=0.5)
+    steps = []
+    for step in range(2):
+        with torch.no_grad():
+            for parameter in weights.parameters():
+                parameter.add_(torch.randn_like(parameter) * (step + 1))
+        steps.append([parameter.detach().clone() for parameter in weights.parameters()])
+        average.update()
+    for got, w0, w1, w2 in zip(average.average, start, *steps, strict=True):
+        torch.testing.assert_close(got, 0.25 * w0 + 0.25 * w1 + 0.5 * w2)  # 0.5 (0.5 w0 + 0.5 w1) + 0.5 w2
+
+    follower = WeightAverage(dict(weights.named_parameters()), decay=0.0)
+    with torch.no_grad():
+        weights.weight.mul_(3.7).add_(1e6)  # far from where the average started
+    follower.update()
+    assert all(
+        torch.equal(got, parameter)
+        for got, parameter in zip(follower.average, weights.parameters(), strict=True)
+    )
+
+
+class RecordAverage(TrainerCallback):
+    """The weights at the start, after each optimizer step, as evaluated, and when each step begins."""
+
+    def __init__(self):
+        self.start, self.raw, self.evaluated, self.step_begins = None, [], [], []
+
+    @staticmethod
+    def weights(model):
+        return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.start = self.weights(model)
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        self.step_begins.append(self.weights(model))
+
+    def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.raw.append(self.weights(model))
+
+    def on_evaluate(self, args, state, control, model=None, **kwargs):
+        self.evaluated.append(self.weights(model))
+
+
+@pytest.fixture(scope="module")
+def ema_run(tiny_backbone_path, tmp_path_factory, one_torch_thread):
+    """Two epochs of one step each with --ema_decay 0.5, evaluated and checkpointed every epoch."""
+    tmp_path = tmp_path_factory.mktemp("ema")
+    data = write_rows(tmp_path / "train.csv", topic_rows(16))
+    flags = [
+        *["--train_file", str(data), "--validation_file", str(data), "--do_train", "--do_eval"],
+        *["--num_train_epochs", "2", "--ema_decay", "0.5", "--save_strategy", "epoch", "--keep_checkpoints"],
+        *["--warmup_steps", "0"],  # the first step trains too
+    ]
+    record = RecordAverage()
+    result = train(tiny_backbone_path, tmp_path / "out", *flags, callbacks=[record])
+    return result, record, flags
+
+
+def close(got, expected):
+    return all(torch.allclose(got[name], expected[name], atol=1e-6) for name in expected)
+
+
+def test_evaluation_during_training_and_the_saved_model_use_the_average(ema_run):
+    result, record, _ = ema_run
+    w0, (w1, w2) = record.start, record.raw
+    average_1 = {name: 0.5 * w0[name] + 0.5 * w1[name] for name in w0}
+    average_2 = {name: 0.5 * average_1[name] + 0.5 * w2[name] for name in w0}
+    assert not close(w1, w0) and not close(w2, w1)  # the weights trained
+    assert len(record.evaluated) == 3  # after each epoch, then the final evaluation
+    assert close(record.evaluated[0], average_1) and close(record.evaluated[1], average_2)
+    assert close(record.step_begins[1], w1)  # the raw weights went on training after the evaluation
+    saved = load_file(result.output_dir / "model.safetensors")
+    assert close({name: saved[name] for name in average_2}, average_2)
+    assert close(record.evaluated[2], average_2)  # the final evaluation: the saved model
+    # A checkpoint keeps the raw weights, to resume from, and the average beside them.
+    checkpoint = result.output_dir / "checkpoint-1"
+    raw = load_file(checkpoint / "model.safetensors")
+    assert close({name: raw[name] for name in w1}, w1)
+    assert close(load_file(checkpoint / EMA_FILE), average_1)
+    assert (
+        "| saved weights: exponential moving average, decay | 0.5 |"
+        in (result.output_dir / "README.md").read_text()
+    )
+
+
+def test_a_resumed_run_continues_the_average(ema_run, tiny_backbone_path, tmp_path):
+    reference, _, flags = ema_run
+    resumed = train(
+        tiny_backbone_path,
+        tmp_path / "resumed",
+        *flags,
+        "--resume_from_checkpoint",
+        str(reference.output_dir / "checkpoint-1"),
+    )
+    expected, got = (load_file(run.output_dir / "model.safetensors") for run in (reference, resumed))
+    assert close(got, expected)  # a fresh average from the resumed weights would differ
+
+
+def test_resuming_with_ema_from_a_checkpoint_without_the_average_is_refused(
+    ema_run, tiny_backbone_path, tmp_path
+):
+    reference, _, flags = ema_run
+    checkpoint = tmp_path / "checkpoint-1"
+    shutil.copytree(reference.output_dir / "checkpoint-1", checkpoint)
+    (checkpoint / EMA_FILE).unlink()
+    with pytest.raises(
+        UsageError, match=r"checkpoint-1 holds no ema.safetensors .* Resume without --ema_decay"
+    ):
+        train(tiny_backbone_path, tmp_path / "resumed", *flags, "--resume_from_checkpoint", str(checkpoint))
+    assert not (tmp_path / "resumed").exists()
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "nan"])
+def test_an_ema_decay_outside_its_range_is_refused(value):
+    with pytest.raises(UsageError, match=r"ema_decay must be a number in \[0, 1\) \(or unset\), got"):
+        parse_arguments(["--output_dir", "out", "--ema_decay", value])
+
+
+def test_the_best_checkpoint_is_kept_with_its_average(ema_run, tiny_backbone_path, tmp_path):
+    _, _, flags = ema_run
+    # The highest validation loss is best: the first checkpoint's, before the second step lowered it.
+    best_is_first = ["--metric_for_best_model", "loss", "--greater_is_better", "true"]
+    result = train(tiny_backbone_path, tmp_path / "best", *flags, "--load_best_model_at_end", *best_is_first)
+    best = json.loads((result.output_dir / "trainer_state.json").read_text())["best_model_checkpoint"]
+    assert Path(best).name == "checkpoint-1"  # not the last: the average kept is the best checkpoint's
+    average = load_file(result.output_dir / Path(best).name / EMA_FILE)
+    saved = load_file(result.output_dir / "model.safetensors")
+    assert close({name: saved[name] for name in average}, average)
+    with pytest.raises(UsageError, match="needs the average in the best checkpoint, which save_only_model"):
+        parse_arguments(
+            ["--output_dir", "out", "--ema_decay", "0.9", "--load_best_model_at_end", "--save_only_model"]
+        )

@@ -1,10 +1,16 @@
 """Defaults that win: train.py's classifier against a 30-line fine-tuning recipe, and against candidate settings,
 on the same data, backbone, seeds and budget, in one run.
 
-    python bench/recipes.py                                   # fortunes and debtags, seeds 1 2 3, every arm
-    python bench/recipes.py --datasets fortunes --arms recipe,defaults,llrd_0.8 --seeds 1 2 3
-    python bench/recipes.py --resume                          # continue an interrupted run (finished runs skipped)
-    python bench/recipes.py --datasets fortunes --per-class 6 --seeds 1 --arms recipe,defaults --epochs 0.25  # smoke
+    python bench/recipes.py                       # fortunes and debtags, seeds 1 2 3, every arm: hours
+    python bench/recipes.py --arms recipe,defaults,llrd_0.8,lp_ft_0.5,ema_0.99,label_smoothing_0.1
+    python bench/recipes.py --datasets fortunes --arms recipe,defaults --seeds 1 2 3 4 5
+    python bench/recipes.py --resume              # continue an interrupted run (its finished runs are skipped)
+    python bench/recipes.py --datasets fortunes --per-class 6 --seeds 1 --arms recipe,defaults --epochs 0.25 \\
+        --report-dir /tmp/recipes                 # a smoke test: a minute
+
+A train.py run takes a few minutes here (2 CPU cores, OMP_NUM_THREADS=1 when the machine is shared), so every arm
+on both datasets with three seeds (14 arms x 3 seeds x 2 datasets) takes hours: ``--arms`` picks the ones to run,
+and ``--resume`` adds arms or seeds to a finished report.
 
 What it measures. For each dataset (bench/accuracy.py's splits of fortunes, single-label, and debtags, multi-label)
 and each seed, every arm trains on the training split and is scored on the test split:
@@ -84,10 +90,19 @@ CANDIDATES: dict[str, list[str]] = {
         "--head_learning_rate",
         "2e-3",
     ],  # the recipe's head learning rate, on train.py's defaults
-    "warmup_0.06": ["--warmup_steps", "0.06"],
-    "warmup_0": ["--warmup_steps", "0"],
     "pooling_mean_max": ["--pooling", "mean_max"],
     "pooling_attention": ["--pooling", "attention"],
+    "llrd_0.8": ["--layerwise_lr_decay", "0.8"],
+    "llrd_0.9": ["--layerwise_lr_decay", "0.9"],
+    "label_smoothing_0.1": ["--label_smoothing_factor", "0.1"],
+    # LP-FT: the probe is part of the budget (4 epochs by default); an --epochs at or under it fails these arms
+    "lp_ft_0.5": ["--linear_probe_epochs", "0.5"],
+    "lp_ft_1": ["--linear_probe_epochs", "1"],
+    # An average spans about 1 / (1 - decay) steps: 100 and 200, against about 250 (fortunes) and 750 (debtags)
+    "ema_0.99": ["--ema_decay", "0.99"],
+    "ema_0.995": ["--ema_decay", "0.995"],
+    "warmup_0.06": ["--warmup_steps", "0.06"],
+    "warmup_0": ["--warmup_steps", "0"],
 }
 
 # The metrics each dataset reports (on the test split), the first being the one the chart sorts by.

@@ -442,6 +442,42 @@ class PooledTrainingArguments(TrainingArguments):
         },
     )
     freeze_backbone: bool = field(default=False, metadata={"help": "Train only the pooler and head."})
+    layerwise_lr_decay: float = field(
+        default=1.0,
+        metadata={
+            "help": "Layer-wise learning-rate decay, in (0, 1]: backbone layer i of L trains at learning_rate x "
+            "decay^(L-1-i) (the top layer at learning_rate), the embeddings at learning_rate x decay^L, and the "
+            "pooler and head at head_learning_rate, so that the layers nearest the input, which hold the most "
+            "general features, change least. 1.0: off (one learning rate for the whole backbone)."
+        },
+    )
+    linear_probe_epochs: float = field(
+        default=0.0,
+        metadata={
+            "help": "LP-FT: train only the pooler and head for this many epochs first (a fraction is allowed), on the "
+            "backbone's features as they are, then everything. The backbone gets no gradient, no update and no "
+            "weight decay during the probe, then warms up over the steps left; the probe counts within "
+            "num_train_epochs. 0: off."
+        },
+    )
+    ema_decay: float | None = field(
+        default=None,
+        metadata={
+            "help": "Keep an exponential moving average of the weights (average = decay x average + (1 - decay) x "
+            "weights after every optimizer step), and evaluate and save it instead of the last weights; e.g. 0.99. "
+            "It spans about the last 1 / (1 - decay) steps, which should be well under the run's length. "
+            "Checkpoints keep it beside the raw weights, for resuming. In [0, 1); unset: off."
+        },
+    )
+    label_smoothing_factor: float = field(
+        default=0.0,
+        metadata={
+            "help": "Label smoothing epsilon, in [0, 1): single-label and token classification train on "
+            "cross-entropy against 1 - epsilon on the true class plus epsilon spread over all classes; multi-label "
+            "runs train their multi-label loss on targets y * (1 - epsilon) + epsilon / 2. Only the training loss "
+            "is smoothed. Refused for regression; a multi-task run's regression tasks keep their loss. 0: off."
+        },
+    )
     early_stopping_patience: int | None = field(
         default=None,
         metadata={
@@ -523,10 +559,24 @@ class PooledTrainingArguments(TrainingArguments):
             raise UsageError(f"sampling_alpha must be a number >= 0, got {self.sampling_alpha!r}.")
         if self.head_learning_rate is not None and self.head_learning_rate < 0:
             raise UsageError(f"head_learning_rate must be >= 0, got {self.head_learning_rate}.")
+        _require_number(
+            "layerwise_lr_decay", self.layerwise_lr_decay, lambda value: 0 < value <= 1, "in (0, 1]"
+        )
+        _require_number(
+            "label_smoothing_factor", self.label_smoothing_factor, lambda value: 0 <= value < 1, "in [0, 1)"
+        )
+        self._check_linear_probe()
+        if self.ema_decay is not None:
+            _require_number("ema_decay", self.ema_decay, lambda value: 0 <= value < 1, "in [0, 1) (or unset)")
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")
             self.load_best_model_at_end = True
+        if self.ema_decay is not None and self.save_only_model and self.load_best_model_at_end:
+            raise UsageError(
+                "ema_decay with load_best_model_at_end needs the average in the best checkpoint, which save_only_model "
+                "leaves out: drop save_only_model."
+            )
         if self.eval_strategy == "auto":
             self.eval_strategy = "epoch" if self.do_eval else "no"
         if self.save_strategy == "auto":
@@ -541,6 +591,30 @@ class PooledTrainingArguments(TrainingArguments):
             # process launched by `accelerate launch --multi_gpu` on a machine without GPUs trains alone.
             self.use_cpu = True
         super().__post_init__()
+
+    def _check_linear_probe(self) -> None:
+        _require_number("linear_probe_epochs", self.linear_probe_epochs, lambda value: value >= 0, ">= 0")
+        if not self.linear_probe_epochs:
+            return
+        if self.freeze_backbone:
+            raise UsageError(
+                "linear_probe_epochs trains the backbone after the probe, and freeze_backbone never does: choose one."
+            )
+        if self.max_steps <= 0 and self.linear_probe_epochs >= self.num_train_epochs:
+            raise UsageError(
+                f"linear_probe_epochs must be less than num_train_epochs ({self.num_train_epochs}), which it is part "
+                f"of, so that the backbone trains after the probe; got {self.linear_probe_epochs}."
+            )
+        if self.ddp_find_unused_parameters is None:
+            # Several processes: the backbone gets no gradient during the probe, which DistributedDataParallel must
+            # be told of (one process ignores the setting).
+            self.ddp_find_unused_parameters = True
+
+
+def _require_number(name: str, value: Any, valid, valid_range: str) -> None:
+    """Refuse a setting that is not a number in its range (a config file's value bypasses argparse's type)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
+        raise UsageError(f"{name} must be a number {valid_range}, got {value!r}.")
 
 
 def _launched_on_several_cpu_processes() -> bool:

@@ -33,7 +33,7 @@ from .outputs import write_results
 from .task_outputs import print_task_summary, task_examples, write_task_card, write_task_predictions
 from .task_specs import TaskSpec, task_specs
 from .token_data import TokenLabels, prepare_token_splits, tokenize_words
-from .trainer import callbacks_for, freeze_backbone
+from .trainer import callbacks_for, check_training_options, freeze_backbone
 
 __all__ = ["TaskData", "TaskRunResult", "run_tasks"]
 
@@ -102,6 +102,8 @@ def run_tasks(
                     data = task.spec.data
                     tokenize(split, tokenizer, data.text_column, data.text_pair_column, task.max_length)
     _freeze(model, training_args, specs)
+    if training_args.do_train:
+        check_training_options(model, training_args)
     _choose_best_model_metric(training_args, model, tasks, single)
     if training_args.world_size > 1 and len(tasks) > 1:
         # Each step trains one task's head; the other heads get no gradient in it, which DDP must be told of.

@@ -83,8 +83,8 @@ class MultiTaskTrainer(PooledTrainer):
 
     # -- optimisation ------------------------------------------------------------------------------------------
 
-    def parameter_learning_rates(self, model) -> dict[int, float]:
-        """Each head trains at its task's ``head_learning_rate``, else the run's; the backbone at ``learning_rate``."""
+    def head_learning_rates(self, model) -> dict[int, float]:
+        """Each head trains at its task's ``head_learning_rate``, else the run's."""
         rates = {}
         for name, spec in self.tasks.items():
             rate = (

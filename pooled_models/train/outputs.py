@@ -210,11 +210,26 @@ def _training_settings(args, labels: Labels) -> dict[str, Any]:
                 "seed": args.seed,
             }
         )
+        settings.update(chosen_training_options(args))
         if args.load_best_model_at_end:
             settings["best model by"] = args.metric_for_best_model
         if args.early_stopping_patience:
             settings["early stopping patience"] = args.early_stopping_patience
     return settings
+
+
+def chosen_training_options(args) -> dict[str, Any]:
+    """The training options a run turned on (off by default), as the model card names them."""
+    options: dict[str, Any] = {}
+    if getattr(args, "layerwise_lr_decay", 1.0) != 1.0:
+        options["layer-wise learning-rate decay"] = args.layerwise_lr_decay
+    if getattr(args, "label_smoothing_factor", 0.0):
+        options["label smoothing"] = args.label_smoothing_factor
+    if getattr(args, "linear_probe_epochs", 0.0):
+        options["linear probe (pooler and head alone) epochs"] = args.linear_probe_epochs
+    if getattr(args, "ema_decay", None) is not None:
+        options["saved weights: exponential moving average, decay"] = args.ema_decay
+    return options
 
 
 def _threshold_comparison(metrics: dict[str, float]) -> dict[str, tuple[float, float]]:

@@ -48,7 +48,8 @@ from .packaged import resolve_backbone
 from .staging import StagedOutputDir
 from .task_specs import is_task_run
 from .threshold_tuning import ThresholdPlan, plan_thresholds, tune_on_validation
-from .trainer import PooledTrainer, callbacks_for, freeze_backbone
+from .trainer import PooledTrainer, callbacks_for, check_training_options, freeze_backbone
+from .weight_average import check_checkpoint_average
 
 __all__ = ["RunResult", "run", "main", "needed_splits"]
 
@@ -125,6 +126,8 @@ def _locked_run(
             if training_args.do_train
             else None
         )
+    if checkpoint is not None and training_args.ema_decay is not None:  # refused before anything is written
+        check_checkpoint_average(checkpoint, training_args.ema_decay)
     if training_args.should_save:
         staging.check(resuming=checkpoint is not None)
     set_seed(training_args.seed)
@@ -171,6 +174,8 @@ def _locked_run(
             tokenize(split, tokenizer, data_args.text_column, data_args.text_pair_column, max_length)
     if training_args.freeze_backbone:
         logger.info("Backbone frozen: %d parameters will not be trained.", freeze_backbone(model))
+    if training_args.do_train:
+        check_training_options(model, training_args)
     if training_args.load_best_model_at_end and not training_args.best_metric_chosen:
         training_args.metric_for_best_model, training_args.greater_is_better = BEST_MODEL_METRIC[
             labels.problem_type

@@ -17,7 +17,7 @@ from ..thresholds import predict_label_sets
 from .metrics import logits_of, probabilities
 from .model_card import TEMPLATES_DIR, code_span
 from .multitask_trainer import MEAN_SCORE, main_metric
-from .outputs import PREDICTIONS_FILE, json_safe, print_evaluation, write_predictions
+from .outputs import PREDICTIONS_FILE, chosen_training_options, json_safe, print_evaluation, write_predictions
 from .token_data import OUTSIDE, word_predictions
 from .token_metrics import uses_entity_tags
 
@@ -182,6 +182,7 @@ def _training_settings(args, single: bool) -> dict[str, Any]:
                 "seed": args.seed,
             }
         )
+        settings.update(chosen_training_options(args))
         if args.load_best_model_at_end:
             settings["best model by"] = args.metric_for_best_model
     return settings

@@ -3,6 +3,9 @@ padding, backbone freezing and early stopping."""
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 
@@ -14,13 +17,21 @@ from .batching import (
     restore_input_order,
     token_lengths,
 )
+from .errors import UsageError
+from .label_smoothing import check_label_smoothing, smoothed_loss
+from .learning_rates import layerwise_learning_rates
+from .linear_probe import BACKBONE, HEAD, PART, LinearProbe, probe_schedule, probe_steps
 from .model_setup import backbone_of
+from .weight_average import AverageWeights, WeightAverage, check_checkpoint_average
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "head_parameters",
     "freeze_backbone",
     "PooledTrainer",
     "callbacks_for",
+    "check_training_options",
 ]
 
 # ----------------------------------------------------------------------------------------------------
@@ -55,7 +66,13 @@ class PooledTrainer(Trainer):
     and whose batches carry little padding.
 
     The pooler and head start from random weights while the backbone is pretrained, so the head usually wants a
-    larger step than the backbone can take without forgetting. The scheduler scales both rates alike.
+    larger step than the backbone can take without forgetting. The scheduler scales both rates alike. With
+    ``layerwise_lr_decay`` below 1 the backbone's layers get lower rates the nearer they are to the input
+    (learning_rates.py); with ``label_smoothing_factor`` the training loss is smoothed for each kind of head
+    (label_smoothing.py) instead of by Trainer's LabelSmoother, which suits single-label heads only. With
+    ``linear_probe_epochs`` the pooler and head train alone first (linear_probe.py): the optimizer's param groups
+    say which part they train, and the backbone's follow a schedule of their own. With ``ema_decay`` an average of
+    the weights is what evaluations score and what is saved (weight_average.py).
 
     With ``train_sampling_strategy="group_by_length"`` training batches hold texts of similar length (random between
     groups). With ``length_sorted_eval`` (both train.py's defaults) evaluation and prediction run longest text first,
@@ -64,6 +81,34 @@ class PooledTrainer(Trainer):
     rows in the dataset's order. (transformers' own Trainer, with group_by_length, also
     shuffles the evaluation order, and ``predict`` then returns rows in that shuffled order.)
     """
+
+    def __init__(self, *args, **kwargs):
+        with warnings.catch_warnings():
+            # Our compute_loss smooths multi-label targets too (label_smoothing.py); Trainer's warning that it cannot
+            # would be wrong.
+            warnings.filterwarnings("ignore", message="Label smoothing is not compatible with multi-label")
+            super().__init__(*args, **kwargs)
+        # Trainer's LabelSmoother is right for single-label heads only: compute_loss smooths instead.
+        self.label_smoother = None
+        self.linear_probe_steps = 0  # set once the number of steps is known (set_initial_training_values)
+        if getattr(self.args, "linear_probe_epochs", 0.0) > 0:
+            self.add_callback(LinearProbe(self))
+        self.weight_average: WeightAverage | None = None  # while training with ema_decay (weight_average.py)
+        self.resumed_from: str | None = None  # the checkpoint this train() call continues
+        if getattr(self.args, "ema_decay", None) is not None:
+            self.add_callback(AverageWeights(self))
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        epsilon = self.args.label_smoothing_factor
+        if not epsilon or not model.training or "labels" not in inputs:
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+        # The model checks the labels and computes its own loss, which a regression task keeps.
+        outputs = model(**inputs)
+        smoothed = smoothed_loss(self.accelerator.unwrap_model(model), inputs, outputs.logits, epsilon)
+        loss = outputs.loss if smoothed is None else smoothed
+        return (loss, outputs) if return_outputs else loss
 
     def _get_train_sampler(self, train_dataset=None):
         dataset = self.train_dataset if train_dataset is None else train_dataset
@@ -123,28 +168,44 @@ class PooledTrainer(Trainer):
         )
 
     def parameter_learning_rates(self, model) -> dict[int, float]:
-        """id of a parameter -> its learning rate, for the parameters that do not train at ``args.learning_rate``:
-        the pooler and head (a subclass may give other parts their own)."""
+        """id of a parameter -> its learning rate, for the parameters that may not train at ``args.learning_rate``:
+        the backbone's layers under layer-wise decay, and the pooler and head."""
+        rates = self.backbone_learning_rates(model)
+        rates.update(self.head_learning_rates(model))
+        return rates
+
+    def backbone_learning_rates(self, model) -> dict[int, float]:
+        """The backbone's rates under ``args.layerwise_lr_decay`` (none when it is 1.0: all at ``learning_rate``)."""
+        decay = getattr(self.args, "layerwise_lr_decay", 1.0)
+        if decay == 1.0:
+            return {}
+        return layerwise_learning_rates(backbone_of(model), self.args.learning_rate, decay)
+
+    def head_learning_rates(self, model) -> dict[int, float]:
+        """The pooler's and head's rate, ``args.head_learning_rate`` (a subclass may give each head its own)."""
         head_learning_rate = getattr(self.args, "head_learning_rate", None)
         if head_learning_rate is None:
             return {}
         return dict.fromkeys(head_parameters(model), head_learning_rate)
 
     def create_optimizer(self, model=None):
+        if self.optimizer is not None:
+            return super().create_optimizer(model)
         opt_model = self.model if model is None else model
-        rates = (
-            {}
-            if self.optimizer is not None
-            else self.parameter_learning_rates(self.accelerator.unwrap_model(opt_model))
-        )
-        if not rates:
+        unwrapped = self.accelerator.unwrap_model(opt_model)
+        rates = self.parameter_learning_rates(unwrapped)
+        probing = getattr(self.args, "linear_probe_epochs", 0.0) > 0
+        if not rates and not probing:
             return super().create_optimizer(model)
         decay = set(self.get_decay_parameter_names(opt_model))
-        groups: dict[tuple[float, bool], list] = {}
+        head = head_parameters(unwrapped)
+        # One group per (rate, weight decay or not, part): a linear probe switches the backbone's groups off first.
+        groups: dict[tuple[float, bool, str], list] = {}
         for name, parameter in opt_model.named_parameters():
             if parameter.requires_grad:
                 rate = rates.get(id(parameter), self.args.learning_rate)
-                groups.setdefault((rate, name in decay), []).append(parameter)
+                part = HEAD if id(parameter) in head else BACKBONE
+                groups.setdefault((rate, name in decay, part), []).append(parameter)
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
         self.optimizer = optimizer_cls(
             [
@@ -152,12 +213,66 @@ class PooledTrainer(Trainer):
                     "params": parameters,
                     "lr": rate,
                     "weight_decay": self.args.weight_decay if decays else 0.0,
+                    PART: part,
                 }
-                for (rate, decays), parameters in groups.items()
+                for (rate, decays, part), parameters in groups.items()
             ],
             **optimizer_kwargs,
         )
         return self.optimizer
+
+    # -- EMA: the average of the weights is evaluated, saved and checkpointed (weight_average.py) --------------
+
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        self.resumed_from = None
+        output = super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
+        if self.weight_average is not None:
+            # From now on the model is the averaged one: what is evaluated, tuned, predicted with and saved.
+            self.weight_average.copy_to_model()
+            self.weight_average = None
+            logger.info(
+                "The average of the weights (ema_decay=%s) replaces the last ones.", self.args.ema_decay
+            )
+        return output
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        check_checkpoint_average(resume_from_checkpoint, getattr(self.args, "ema_decay", None))
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self.resumed_from = resume_from_checkpoint  # AverageWeights reads the checkpoint's average from it
+
+    def _evaluate(self, trial, ignore_keys_for_eval, skip_scheduler=False):
+        if self.weight_average is None:
+            return super()._evaluate(trial, ignore_keys_for_eval, skip_scheduler)
+        with self.weight_average.swapped_in():  # scored (and so chosen as the best) with the averaged weights
+            return super()._evaluate(trial, ignore_keys_for_eval, skip_scheduler)
+
+    def _save_optimizer_and_scheduler(self, output_dir):
+        super()._save_optimizer_and_scheduler(output_dir)
+        # Within the checkpoint, before trainer_state.json, which marks it complete (checkpoints.py).
+        if self.weight_average is not None and self.args.should_save:
+            self.weight_average.save(output_dir)
+
+    def _load_best_model(self):
+        super()._load_best_model()
+        if self.weight_average is not None:  # the best checkpoint was scored with its average
+            self.weight_average.load(self.state.best_model_checkpoint)
+
+    # -- LP-FT: a linear probe before fine-tuning (linear_probe.py) ---------------------------------------------
+
+    def set_initial_training_values(self, args, dataloader):
+        values = super().set_initial_training_values(args, dataloader)
+        _, steps_per_epoch, *_, max_steps = values
+        epochs = getattr(args, "linear_probe_epochs", 0.0)
+        self.linear_probe_steps = probe_steps(epochs, steps_per_epoch, max_steps) if epochs > 0 else 0
+        return values
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None and self.linear_probe_steps:
+            self.lr_scheduler = probe_schedule(
+                self.args, optimizer or self.optimizer, num_training_steps, self.linear_probe_steps
+            )
+            self._created_lr_scheduler = True  # Trainer makes a new one for the next train() call
+        return super().create_scheduler(num_training_steps, optimizer)
 
 
 def _has_input_ids(dataset) -> bool:
@@ -171,6 +286,25 @@ def _sorts_evaluation(args, dataset) -> bool:
 # ----------------------------------------------------------------------------------------------------
 # Callbacks and checkpoints
 # ----------------------------------------------------------------------------------------------------
+
+
+def check_training_options(model, training_args) -> None:
+    """Refuse, before a run writes anything, training options the model cannot take (the Trainer would only find
+    out once training starts)."""
+    decay = getattr(training_args, "layerwise_lr_decay", 1.0)
+    if decay != 1.0:  # a backbone whose layers cannot be found raises a UsageError
+        layerwise_learning_rates(backbone_of(model), training_args.learning_rate, decay)
+    if getattr(training_args, "linear_probe_epochs", 0.0) > 0 and not head_parameters(model):
+        raise UsageError(
+            "linear_probe_epochs trains the pooler and head alone first, and this model has no parameters that "
+            "train.py knows as its head."
+        )
+    unsmoothed = check_label_smoothing(model, training_args.label_smoothing_factor)
+    if unsmoothed:
+        logger.info(
+            "Label smoothing applies to the classification tasks; the regression tasks (%s) keep their loss.",
+            ", ".join(unsmoothed),
+        )
 
 
 def callbacks_for(training_args) -> list[TrainerCallback]:

@@ -1,0 +1,72 @@
+"""Learning rates by depth: layer-wise learning-rate decay (``--layerwise_lr_decay``).
+
+The layers nearest the input hold the most general features and the least task-specific ones, so fine-tuning
+changes them least: layer i of L trains at ``learning_rate x decay^(L-1-i)`` (the top layer at the full rate), the
+embeddings one step lower still, at ``decay^L``. A backbone's layers are found by the number in their parameter
+names, which every family built into transformers spells one of a few ways, so no model type needs its own table.
+"""
+
+from __future__ import annotations
+
+import re
+
+from torch import nn
+
+from .errors import UsageError
+
+__all__ = ["LAYER_NUMBER", "layer_numbers", "embedding_parameters", "layerwise_learning_rates"]
+
+# The number of a backbone layer in a parameter's name: BERT, RoBERTa, MiniLM, DeBERTa, ESM ``encoder.layer.3.``,
+# DistilBERT ``transformer.layer.3.``, ModernBERT and Llama ``layers.3.``, GPT-2 ``h.3.``, T5 ``block.3.``. The first
+# number counts: a layer's own numbered parts (T5's ``block.3.layer.0.``) belong to it.
+LAYER_NUMBER = re.compile(r"(?:^|\.)(?:layer|layers|h|block|blocks)\.(\d+)\.")
+
+
+def layer_numbers(backbone: nn.Module) -> dict[int, int]:
+    """id of a parameter -> the number of the backbone layer it belongs to (parameters of no layer are left out)."""
+    numbers = {}
+    for name, parameter in backbone.named_parameters():
+        match = LAYER_NUMBER.search(name)
+        if match:
+            numbers[id(parameter)] = int(match.group(1))
+    return numbers
+
+
+def embedding_parameters(backbone: nn.Module) -> set[int]:
+    """ids of the backbone's input embeddings: every ``nn.Embedding`` outside the numbered layers (GPT-2's ``wte`` and
+    ``wpe``, Llama's ``embed_tokens``), and everything under a top-level module named for embeddings (BERT's
+    ``embeddings``, with its LayerNorm)."""
+    found = set()
+    for name, module in backbone.named_modules():
+        outside_layers = not LAYER_NUMBER.search(name + ".")
+        if (isinstance(module, nn.Embedding) and outside_layers) or "embed" in name.split(".")[0]:
+            found.update(id(parameter) for parameter in module.parameters(recurse=False))
+    return found
+
+
+def layerwise_learning_rates(backbone: nn.Module, learning_rate: float, decay: float) -> dict[int, float]:
+    """id of every backbone parameter -> its learning rate: layer i of L at ``learning_rate x decay^(L-1-i)``, the
+    embeddings at ``decay^L``, and parameters of neither (a final norm, BERT's pooler), which sit above the last
+    layer, at ``learning_rate``.
+
+    Raises a UsageError for a backbone whose parameter names number no layer.
+    """
+    numbers = layer_numbers(backbone)
+    if not numbers:
+        raise UsageError(
+            f"layerwise_lr_decay={decay} needs the backbone's layers numbered in its parameter names (layer.N, "
+            f"layers.N, h.N or block.N); {type(backbone).__name__}'s are not. Leave layerwise_lr_decay at 1.0."
+        )
+    layers = max(numbers.values()) + 1
+    embeddings = embedding_parameters(backbone)
+    rates = {}
+    for parameter in backbone.parameters():
+        key = id(parameter)
+        if key in numbers:
+            steps_below_top = layers - 1 - numbers[key]
+        elif key in embeddings:
+            steps_below_top = layers
+        else:
+            steps_below_top = 0
+        rates[key] = learning_rate * decay**steps_below_top
+    return rates

@@ -1,0 +1,95 @@
+"""bench/recipes.py: the plain-PyTorch reference recipe, and the report's arithmetic (means, sds, points and time
+against the recipe), without running the benchmark."""
+
+import pytest
+import recipes
+from helpers import multi_label_rows, topic_rows, write_rows
+
+
+def run(arm, seed, accuracy, seconds, status="ok"):
+    return {
+        "arm": arm,
+        "seed": seed,
+        "status": status,
+        "error": None if status == "ok" else "RuntimeError: out of memory",
+        "metrics": {"test_accuracy": accuracy, "test_f1_macro": accuracy / 2} if status == "ok" else {},
+        "train_seconds": seconds,
+    }
+
+
+def test_the_summary_gives_mean_sd_points_and_time_against_the_recipe():
+    document = {
+        "metrics": ["accuracy", "f1_macro"],
+        "arms": ["recipe", "defaults", "never_ran"],
+        "runs": [
+            run("recipe", 1, 0.50, 10.0),
+            run("recipe", 2, 0.60, 12.0),
+            run("defaults", 1, 0.60, 12.0),
+            run("defaults", 2, 0.64, 14.0),
+            run("defaults", 3, None, None, status="failed"),
+        ],
+    }
+    recipe, defaults, never_ran = recipes.summarise(document)
+    assert recipe["accuracy"]["mean"] == pytest.approx(0.55)
+    assert recipe["accuracy"]["sd"] == pytest.approx(0.0707107, rel=1e-5)
+    assert defaults["accuracy"]["points_vs_recipe"] == pytest.approx(7.0)  # 0.62 - 0.55, in points
+    assert defaults["f1_macro"]["points_vs_recipe"] == pytest.approx(3.5)
+    assert defaults["time_vs_recipe"] == pytest.approx(13.0 / 11.0)
+    assert (defaults["runs"], defaults["failed"]) == (2, 1)  # the failed seed counts in no mean
+    assert never_ran["accuracy"]["mean"] is None and never_ran["time_vs_recipe"] is None
+    text = recipes.markdown(
+        {
+            **document,
+            "dataset": "fortunes",
+            "problem_type": "single_label_classification",
+            "seeds": [1, 2, 3],
+            "sizes": {},
+            "max_seq_length": 128,
+            "epochs": 4.0,
+            "command": "python bench/recipes.py",
+        },
+        [recipe, defaults, never_ran],
+    )
+    assert (
+        "| defaults | (none) | 0.6200 ± 0.0283 | 0.3100 ± 0.0141 | 13 | 1.18x | +7.0 | +3.5 | 2/3 |" in text
+    )
+    assert "- defaults, seed 3:" in text
+
+
+@pytest.mark.parametrize(
+    "rows, problem_type, metrics",
+    [
+        (topic_rows, "single_label_classification", {"test_accuracy", "test_f1_macro"}),
+        (
+            multi_label_rows,
+            "multi_label_classification",
+            {"test_f1_micro", "test_f1_macro", "test_exact_match"},
+        ),
+    ],
+    ids=["single_label", "multi_label"],
+)
+def test_the_recipe_trains_with_its_seed_and_scores_with_train_py_metrics(
+    tiny_backbone_path, tmp_path, one_torch_thread, rows, problem_type, metrics
+):
+    files = {
+        "train": write_rows(tmp_path / "train.jsonl", rows(24, seed=0)),
+        "test": write_rows(tmp_path / "test.jsonl", rows(12, seed=1)),
+    }
+    splits = recipes.recipe_splits(files, "label", problem_type)
+    assert splits["train"].num_labels == 3
+
+    def once(seed):
+        return recipes.train_recipe(splits, problem_type, 32, 1.0, seed, tiny_backbone_path)
+
+    (first, seconds), (again, _) = once(0), once(0)
+    assert set(first) == metrics and seconds > 0
+    assert first == again  # seeded: the same seed trains the same model
+
+
+def test_the_recipe_refuses_test_labels_the_training_split_lacks(tmp_path):
+    files = {
+        "train": write_rows(tmp_path / "train.jsonl", topic_rows(6, topics=("sport", "food"))),
+        "test": write_rows(tmp_path / "test.jsonl", topic_rows(6, topics=("sport", "music"))),
+    }
+    with pytest.raises(ValueError, match=r"the test split has labels the training split lacks: \['music'\]"):
+        recipes.recipe_splits(files, "label", "single_label_classification")

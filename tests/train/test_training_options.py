@@ -1,0 +1,509 @@
+"""train.py's training options beyond the defaults: layer-wise learning-rate decay, label smoothing, a linear probe
+before fine-tuning (LP-FT) and an exponential moving average of the weights (EMA)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import (
+    MULTITASK_TASKS,
+    multi_label_rows,
+    random_batch,
+    tiny_model,
+    tiny_multitask_model,
+    topic_rows,
+    train,
+    write_rows,
+)
+from safetensors.torch import load_file
+from torch import nn
+from torch.nn import functional as F
+from transformers import TrainerCallback
+from transformers.trainer_pt_utils import LabelSmoother
+
+from pooled_models.modeling.losses import classification_loss
+from pooled_models.train.arguments import PooledTrainingArguments, _parser, parse_arguments
+from pooled_models.train.errors import UsageError
+from pooled_models.train.learning_rates import layerwise_learning_rates
+from pooled_models.train.linear_probe import probe_steps
+from pooled_models.train.trainer import PooledTrainer, check_training_options, head_parameters
+from pooled_models.train.weight_average import EMA_FILE, WeightAverage
+
+LEARNING_RATE, HEAD_LEARNING_RATE = 1e-3, 1e-2
+
+
+def training_arguments(tmp_path, **settings) -> PooledTrainingArguments:
+    settings = {"learning_rate": LEARNING_RATE, "head_learning_rate": HEAD_LEARNING_RATE, **settings}
+    return PooledTrainingArguments(output_dir=str(tmp_path), report_to="none", **settings)
+
+
+def optimizer_rates(model, args) -> dict[str, float]:
+    """Parameter name -> the learning rate of its param group in the optimizer PooledTrainer builds."""
+    optimizer = PooledTrainer(model=model, args=args).create_optimizer()
+    rate_of = {
+        id(parameter): group["lr"] for group in optimizer.param_groups for parameter in group["params"]
+    }
+    return {name: rate_of[id(parameter)] for name, parameter in model.named_parameters()}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Layer-wise learning-rate decay
+# ----------------------------------------------------------------------------------------------------
+
+# Per family: where a layer's number sits in the backbone's parameter names, the embeddings' names, and the names
+# above the last layer (which train at the full rate).
+FAMILIES = {
+    "bert": ("encoder.layer.{}.", ("embeddings.",), ()),
+    "distilbert": ("transformer.layer.{}.", ("embeddings.",), ()),
+    "modernbert": ("layers.{}.", ("embeddings.",), ("final_norm.",)),
+    "gpt2": ("h.{}.", ("wte.", "wpe."), ("ln_f.",)),
+    "llama": ("layers.{}.", ("embed_tokens.",), ("norm.",)),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_layerwise_decay_lowers_the_rate_one_step_per_layer_below_the_top(tmp_path, family):
+    layer, embeddings, above = FAMILIES[family]
+    pooling = "last_token" if family in ("gpt2", "llama") else "mean"
+    model = tiny_model(pooling, backbone=family)  # two layers
+    rates = optimizer_rates(model, training_arguments(tmp_path, layerwise_lr_decay=0.5))
+    expected_kinds = set()
+    for name, rate in rates.items():
+        inner = name.removeprefix("backbone.")
+        if name.startswith("classifier."):
+            kind, expected = "head", HEAD_LEARNING_RATE
+        elif inner.startswith(layer.format(1)):
+            kind, expected = "top layer", LEARNING_RATE
+        elif inner.startswith(layer.format(0)):
+            kind, expected = "layer below", LEARNING_RATE * 0.5
+        elif inner.startswith(embeddings):
+            kind, expected = "embeddings", LEARNING_RATE * 0.25
+        elif inner.startswith(above):
+            kind, expected = "above the layers", LEARNING_RATE
+        else:
+            raise AssertionError(f"{name}: a parameter this test does not expect")
+        assert rate == pytest.approx(expected), name
+        expected_kinds.add(kind)
+    assert {"head", "top layer", "layer below", "embeddings"} <= expected_kinds
+    assert ("above the layers" in expected_kinds) == bool(above)
+
+
+def test_no_layerwise_decay_keeps_one_backbone_rate_and_the_head_rate(tmp_path):
+    model = tiny_model("mean")
+    head = head_parameters(model)
+    for args in (training_arguments(tmp_path), training_arguments(tmp_path, layerwise_lr_decay=1.0)):
+        trainer = PooledTrainer(model=model, args=args)
+        assert (
+            set(trainer.parameter_learning_rates(model)) == head
+        )  # only the head is given a rate of its own
+        rates = optimizer_rates(model, args)
+        assert {rate for name, rate in rates.items() if not name.startswith("classifier.")} == {LEARNING_RATE}
+
+
+def test_layerwise_decay_runs_through_train_py(tiny_backbone_path, tmp_path, one_torch_thread):
+    seen = {}
+
+    class RecordRates(TrainerCallback):
+        def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+            # initial_lr: the rate the scheduler scales (warmup starts the current one at 0)
+            seen["rates"] = sorted({group["initial_lr"] for group in optimizer.param_groups})
+
+    data = write_rows(tmp_path / "train.csv", topic_rows(16))
+    flags = [
+        "--train_file",
+        str(data),
+        "--do_train",
+        "--num_train_epochs",
+        "1",
+        "--layerwise_lr_decay",
+        "0.5",
+    ]
+    result = train(
+        tiny_backbone_path,
+        tmp_path / "out",
+        *flags,
+        "--head_learning_rate",
+        "1e-2",
+        callbacks=[RecordRates()],
+    )
+    # FAST's learning rate 1e-3 for the top layer, halved per layer below (two layers), then the embeddings
+    assert seen["rates"] == pytest.approx([2.5e-4, 5e-4, 1e-3, 1e-2])
+    assert "| layer-wise learning-rate decay | 0.5 |" in (result.output_dir / "README.md").read_text()
+
+
+@pytest.mark.parametrize("value", ["0", "-0.5", "1.5", "nan"])
+def test_layerwise_decay_outside_its_range_is_refused(value):
+    with pytest.raises(UsageError, match=r"layerwise_lr_decay must be a number in \(0, 1\], got"):
+        parse_arguments(["--output_dir", "out", "--layerwise_lr_decay", value])
+
+
+def test_layerwise_decay_refuses_a_backbone_without_numbered_layers(tmp_path):
+    unnumbered = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 4))
+    with pytest.raises(UsageError, match=r"layerwise_lr_decay=0.8 needs the backbone's layers numbered"):
+        layerwise_learning_rates(unnumbered, 1e-3, 0.8)
+
+    class Vanilla(nn.Module):  # what backbone_of takes for a model that is not a pooled one: its base_model
+        base_model = unnumbered
+
+    with pytest.raises(UsageError, match="Leave layerwise_lr_decay at 1.0"):
+        check_training_options(Vanilla(), training_arguments(tmp_path, layerwise_lr_decay=0.8))
+    check_training_options(Vanilla(), training_arguments(tmp_path))  # off: nothing to check
+
+
+def test_layerwise_rates_follow_the_formula_for_deeper_backbones():
+    backbone = nn.Module()
+    backbone.embeddings = nn.Embedding(5, 4)
+    backbone.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(6))
+    backbone.final_norm = nn.LayerNorm(4)
+    rates = layerwise_learning_rates(backbone, 1.0, 0.8)
+    for number, layer in enumerate(backbone.layers):
+        assert rates[id(layer.weight)] == pytest.approx(0.8 ** (5 - number))
+    assert rates[id(backbone.embeddings.weight)] == pytest.approx(0.8**6)
+    assert rates[id(backbone.final_norm.weight)] == 1.0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Label smoothing
+# ----------------------------------------------------------------------------------------------------
+
+LENGTHS = [5, 3, 4, 6]
+
+
+def smoothed_step(model, labels, tmp_path, epsilon=0.1, training=True, **inputs):
+    """(loss, outputs) of PooledTrainer.compute_loss on a batch of four texts, in training or evaluation mode."""
+    trainer = PooledTrainer(model=model, args=training_arguments(tmp_path, label_smoothing_factor=epsilon))
+    model.train(training)
+    batch = {**random_batch(LENGTHS), "labels": labels, **inputs}
+    return trainer.compute_loss(model, batch, return_outputs=True)
+
+
+def test_single_label_smoothing_is_smoothed_cross_entropy_in_training_only(tmp_path):
+    model = tiny_model("mean", num_labels=3)
+    labels = torch.tensor([0, 2, 1, 2])
+    loss, outputs = smoothed_step(model, labels, tmp_path)
+    assert loss.item() == pytest.approx(F.cross_entropy(outputs.logits, labels, label_smoothing=0.1).item())
+    assert loss.item() != pytest.approx(F.cross_entropy(outputs.logits, labels).item())
+    # what transformers' LabelSmoother computes for a single-label head: the same loss as before
+    assert loss.item() == pytest.approx(LabelSmoother(epsilon=0.1)(outputs, labels).item())
+    loss, outputs = smoothed_step(model, labels, tmp_path, training=False)
+    assert loss.item() == pytest.approx(
+        F.cross_entropy(outputs.logits, labels).item()
+    )  # evaluation: unsmoothed
+
+
+def test_multi_label_smoothing_pulls_each_target_towards_one_half(tmp_path):
+    labels = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    model = tiny_model(
+        "mean", num_labels=3, problem_type="multi_label_classification", multi_label_loss="bce"
+    )
+    loss, outputs = smoothed_step(model, labels, tmp_path)
+    expected = F.binary_cross_entropy_with_logits(outputs.logits, labels * 0.9 + 0.05)
+    assert loss.item() == pytest.approx(expected.item())
+    # train.py's multi-label default, the asymmetric loss, is computed on the smoothed targets the same way
+    model = tiny_model(
+        "mean", num_labels=3, problem_type="multi_label_classification", multi_label_loss="asymmetric"
+    )
+    loss, outputs = smoothed_step(model, labels, tmp_path)
+    expected = classification_loss(outputs.logits, labels * 0.9 + 0.05, model.config)
+    assert loss.item() == pytest.approx(expected.item())
+    assert loss.item() != pytest.approx(classification_loss(outputs.logits, labels, model.config).item())
+
+
+def test_label_smoothing_in_a_multitask_model_follows_each_tasks_problem_type(tmp_path):
+    model = tiny_multitask_model()
+    check_training_options(
+        model, training_arguments(tmp_path, label_smoothing_factor=0.1)
+    )  # urgency is left as is
+
+    labels = torch.tensor([0, 2, 1, 2])
+    loss, outputs = smoothed_step(model, labels, tmp_path, task="team")
+    assert loss.item() == pytest.approx(F.cross_entropy(outputs.logits, labels, label_smoothing=0.1).item())
+
+    multi_hot = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    loss, outputs = smoothed_step(model, multi_hot, tmp_path, task="topics")
+    expected = F.binary_cross_entropy_with_logits(
+        outputs.logits, multi_hot * 0.9 + 0.05
+    )  # the task's loss: BCE
+    assert loss.item() == pytest.approx(expected.item())
+
+    scores = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    loss, outputs = smoothed_step(model, scores, tmp_path, task="urgency")
+    assert loss.item() == pytest.approx(F.mse_loss(outputs.logits.squeeze(-1), scores).item())
+
+    tags = torch.tensor(
+        [[1, 2, 0, 0, 3, -100], [0, 0, 4, -100, -100, -100], [3, 4, 0, 0, -100, -100], [0] * 6]
+    )
+    loss, outputs = smoothed_step(model, tags, tmp_path, task="entities")
+    expected = F.cross_entropy(
+        outputs.logits.flatten(0, 1), tags.flatten(), ignore_index=-100, label_smoothing=0.1
+    )
+    assert loss.item() == pytest.approx(expected.item())
+
+
+def test_label_smoothing_is_refused_where_nothing_would_be_smoothed(tmp_path):
+    args = training_arguments(tmp_path, label_smoothing_factor=0.1)
+    regression = tiny_model("mean", num_labels=1, problem_type="regression")
+    with pytest.raises(
+        UsageError, match="label_smoothing_factor=0.1 smooths class targets, and this run's labels"
+    ):
+        check_training_options(regression, args)
+    only_regression = tiny_multitask_model(tasks={"urgency": MULTITASK_TASKS["urgency"]})
+    with pytest.raises(UsageError, match="every task of this run is a regression task"):
+        check_training_options(only_regression, args)
+    check_training_options(regression, training_arguments(tmp_path))  # off: nothing to refuse
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "1.5"])
+def test_label_smoothing_outside_its_range_is_refused(value):
+    with pytest.raises(UsageError, match=r"label_smoothing_factor must be a number in \[0, 1\), got"):
+        parse_arguments(["--output_dir", "out", "--label_smoothing_factor", value])
+
+
+def test_help_says_what_label_smoothing_does_for_each_kind_of_head():
+    text = " ".join(_parser().format_help().split())
+    assert "--label_smoothing_factor" in text
+    assert "multi-label runs train their multi-label loss on targets y * (1 - epsilon) + epsilon / 2" in text
+
+
+def test_a_multi_label_train_py_run_is_smoothed_not_left_unsmoothed(
+    tiny_backbone_path, tmp_path, one_torch_thread
+):
+    # transformers' Trainer turns smoothing off for a multi-label model: the two runs would train alike
+    data = write_rows(tmp_path / "train.jsonl", multi_label_rows(32))
+    flags = ["--train_file", str(data), "--do_train", "--num_train_epochs", "1"]
+    plain = train(tiny_backbone_path, tmp_path / "plain", *flags)
+    smoothed = train(tiny_backbone_path, tmp_path / "smoothed", *flags, "--label_smoothing_factor", "0.1")
+    assert smoothed.metrics["train_loss"] != pytest.approx(plain.metrics["train_loss"])
+    assert "| label smoothing | 0.1 |" in (smoothed.output_dir / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------------------
+# LP-FT: a linear probe before fine-tuning
+# ----------------------------------------------------------------------------------------------------
+
+
+class RecordProbe(TrainerCallback):
+    """The weights at the start, after the probe's last step and at the end, and each step's learning rates."""
+
+    def __init__(self, probe_steps):
+        self.probe_steps, self.weights, self.rates = probe_steps, {}, []
+
+    def snapshot(self, when, model):
+        self.weights[when] = {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.snapshot("start", model)
+
+    def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
+        self.rates.append({group["part"]: group["lr"] for group in optimizer.param_groups})
+
+    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        if state.global_step == self.probe_steps:
+            self.snapshot("after probe", model)
+            backbone = [
+                p for group in optimizer.param_groups if group["part"] == "backbone" for p in group["params"]
+            ]
+            # no gradient computed, so no Adam moments either: they start when the backbone joins
+            self.backbone_in_probe = {(p.requires_grad, bool(optimizer.state.get(p))) for p in backbone}
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        self.snapshot("end", model)
+
+    def changed(self, before, after, part):
+        names = [name for name in self.weights[before] if name.startswith(part)]
+        return [
+            name for name in names if not torch.equal(self.weights[before][name], self.weights[after][name])
+        ]
+
+
+def test_a_linear_probe_trains_the_head_alone_then_everything(tiny_backbone_path, tmp_path, one_torch_thread):
+    data = write_rows(tmp_path / "train.csv", topic_rows(48))  # 3 steps an epoch
+    record = RecordProbe(probe_steps=3)
+    result = train(
+        tiny_backbone_path,
+        tmp_path / "out",
+        *["--train_file", str(data), "--do_train", "--num_train_epochs", "3", "--linear_probe_epochs", "1"],
+        *["--weight_decay", "0.1", "--warmup_steps", "0.5"],  # weight decay would show on the backbone
+        callbacks=[record],
+    )
+    backbone = "backbone."
+    assert record.changed("start", "after probe", backbone) == []  # no update, no weight decay
+    assert record.backbone_in_probe == {(False, False)}
+    assert record.changed("start", "after probe", "classifier.")  # the head learned during the probe
+    assert record.changed("after probe", "end", backbone)  # then the backbone trained
+    # The head follows the run's schedule (9 steps, warm-up ceil(4.5) = 5); the backbone's rate is 0 for the probe's 3
+    # steps, then it follows the same schedule over the 6 steps left (warm-up 3), from 0 again.
+    head = [rates["head"] for rates in record.rates]
+    backbone_rates = [rates["backbone"] for rates in record.rates]
+    assert head == pytest.approx([1e-3 * factor for factor in (0, 0.2, 0.4, 0.6, 0.8, 1, 0.75, 0.5, 0.25)])
+    assert backbone_rates == pytest.approx(
+        [1e-3 * factor for factor in (0, 0, 0, 0, 1 / 3, 2 / 3, 1, 2 / 3, 1 / 3)]
+    )
+    assert (
+        "| linear probe (pooler and head alone) epochs | 1.0 |"
+        in (result.output_dir / "README.md").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--linear_probe_epochs", "-1"], r"linear_probe_epochs must be a number >= 0, got -1"),
+        (["--linear_probe_epochs", "4"], r"linear_probe_epochs must be less than num_train_epochs \(4.0\)"),
+        (["--linear_probe_epochs", "1", "--freeze_backbone"], "freeze_backbone never does: choose one"),
+    ],
+)
+def test_a_linear_probe_that_leaves_nothing_to_fine_tune_is_refused(flags, message):
+    with pytest.raises(UsageError, match=message):
+        parse_arguments(["--output_dir", "out", *flags])
+
+
+def test_a_linear_probe_as_long_as_the_run_is_refused_when_its_steps_are_counted():
+    assert probe_steps(0.5, 7, 20) == 4  # a started step counts
+    with pytest.raises(UsageError, match=r"linear_probe_epochs=2 takes 14 of the run's 14 training steps"):
+        probe_steps(2, 7, 14)  # e.g. --max_steps 14 with 7 steps an epoch
+
+
+# ----------------------------------------------------------------------------------------------------
+# EMA: an exponential moving average of the weights
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_the_average_follows_its_formula():
+    weights = nn.Linear(3, 2)
+    start = [parameter.detach().clone() for parameter in weights.parameters()]
+    average = WeightAverage(dict(weights.named_parameters()), decay=0.5)
+    steps = []
+    for step in range(2):
+        with torch.no_grad():
+            for parameter in weights.parameters():
+                parameter.add_(torch.randn_like(parameter) * (step + 1))
+        steps.append([parameter.detach().clone() for parameter in weights.parameters()])
+        average.update()
+    for got, w0, w1, w2 in zip(average.average, start, *steps, strict=True):
+        torch.testing.assert_close(got, 0.25 * w0 + 0.25 * w1 + 0.5 * w2)  # 0.5 (0.5 w0 + 0.5 w1) + 0.5 w2
+
+    follower = WeightAverage(dict(weights.named_parameters()), decay=0.0)
+    with torch.no_grad():
+        weights.weight.mul_(3.7).add_(1e6)  # far from where the average started
+    follower.update()
+    assert all(
+        torch.equal(got, parameter)
+        for got, parameter in zip(follower.average, weights.parameters(), strict=True)
+    )
+
+
+class RecordAverage(TrainerCallback):
+    """The weights at the start, after each optimizer step, as evaluated, and when each step begins."""
+
+    def __init__(self):
+        self.start, self.raw, self.evaluated, self.step_begins = None, [], [], []
+
+    @staticmethod
+    def weights(model):
+        return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.start = self.weights(model)
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        self.step_begins.append(self.weights(model))
+
+    def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.raw.append(self.weights(model))
+
+    def on_evaluate(self, args, state, control, model=None, **kwargs):
+        self.evaluated.append(self.weights(model))
+
+
+@pytest.fixture(scope="module")
+def ema_run(tiny_backbone_path, tmp_path_factory, one_torch_thread):
+    """Two epochs of one step each with --ema_decay 0.5, evaluated and checkpointed every epoch."""
+    tmp_path = tmp_path_factory.mktemp("ema")
+    data = write_rows(tmp_path / "train.csv", topic_rows(16))
+    flags = [
+        *["--train_file", str(data), "--validation_file", str(data), "--do_train", "--do_eval"],
+        *["--num_train_epochs", "2", "--ema_decay", "0.5", "--save_strategy", "epoch", "--keep_checkpoints"],
+        *["--warmup_steps", "0"],  # the first step trains too
+    ]
+    record = RecordAverage()
+    result = train(tiny_backbone_path, tmp_path / "out", *flags, callbacks=[record])
+    return result, record, flags
+
+
+def close(got, expected):
+    return all(torch.allclose(got[name], expected[name], atol=1e-6) for name in expected)
+
+
+def test_evaluation_during_training_and_the_saved_model_use_the_average(ema_run):
+    result, record, _ = ema_run
+    w0, (w1, w2) = record.start, record.raw
+    average_1 = {name: 0.5 * w0[name] + 0.5 * w1[name] for name in w0}
+    average_2 = {name: 0.5 * average_1[name] + 0.5 * w2[name] for name in w0}
+    assert not close(w1, w0) and not close(w2, w1)  # the weights trained
+    assert len(record.evaluated) == 3  # after each epoch, then the final evaluation
+    assert close(record.evaluated[0], average_1) and close(record.evaluated[1], average_2)
+    assert close(record.step_begins[1], w1)  # the raw weights went on training after the evaluation
+    saved = load_file(result.output_dir / "model.safetensors")
+    assert close({name: saved[name] for name in average_2}, average_2)
+    assert close(record.evaluated[2], average_2)  # the final evaluation: the saved model
+    # A checkpoint keeps the raw weights, to resume from, and the average beside them.
+    checkpoint = result.output_dir / "checkpoint-1"
+    raw = load_file(checkpoint / "model.safetensors")
+    assert close({name: raw[name] for name in w1}, w1)
+    assert close(load_file(checkpoint / EMA_FILE), average_1)
+    assert (
+        "| saved weights: exponential moving average, decay | 0.5 |"
+        in (result.output_dir / "README.md").read_text()
+    )
+
+
+def test_a_resumed_run_continues_the_average(ema_run, tiny_backbone_path, tmp_path):
+    reference, _, flags = ema_run
+    resumed = train(
+        tiny_backbone_path,
+        tmp_path / "resumed",
+        *flags,
+        "--resume_from_checkpoint",
+        str(reference.output_dir / "checkpoint-1"),
+    )
+    expected, got = (load_file(run.output_dir / "model.safetensors") for run in (reference, resumed))
+    assert close(got, expected)  # a fresh average from the resumed weights would differ
+
+
+def test_resuming_with_ema_from_a_checkpoint_without_the_average_is_refused(
+    ema_run, tiny_backbone_path, tmp_path
+):
+    reference, _, flags = ema_run
+    checkpoint = tmp_path / "checkpoint-1"
+    shutil.copytree(reference.output_dir / "checkpoint-1", checkpoint)
+    (checkpoint / EMA_FILE).unlink()
+    with pytest.raises(
+        UsageError, match=r"checkpoint-1 holds no ema.safetensors .* Resume without --ema_decay"
+    ):
+        train(tiny_backbone_path, tmp_path / "resumed", *flags, "--resume_from_checkpoint", str(checkpoint))
+    assert not (tmp_path / "resumed").exists()
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "nan"])
+def test_an_ema_decay_outside_its_range_is_refused(value):
+    with pytest.raises(UsageError, match=r"ema_decay must be a number in \[0, 1\) \(or unset\), got"):
+        parse_arguments(["--output_dir", "out", "--ema_decay", value])
+
+
+def test_the_best_checkpoint_is_kept_with_its_average(ema_run, tiny_backbone_path, tmp_path):
+    _, _, flags = ema_run
+    # The highest validation loss is best: the first checkpoint's, before the second step lowered it.
+    best_is_first = ["--metric_for_best_model", "loss", "--greater_is_better", "true"]
+    result = train(tiny_backbone_path, tmp_path / "best", *flags, "--load_best_model_at_end", *best_is_first)
+    best = json.loads((result.output_dir / "trainer_state.json").read_text())["best_model_checkpoint"]
+    assert Path(best).name == "checkpoint-1"  # not the last: the average kept is the best checkpoint's
+    average = load_file(result.output_dir / Path(best).name / EMA_FILE)
+    saved = load_file(result.output_dir / "model.safetensors")
+    assert close({name: saved[name] for name in average}, average)
+    with pytest.raises(UsageError, match="needs the average in the best checkpoint, which save_only_model"):
+        parse_arguments(
+            ["--output_dir", "out", "--ema_decay", "0.9", "--load_best_model_at_end", "--save_only_model"]
+        )

@@ -109,7 +109,9 @@ def write_model_card(
     pushed: bool,
     threshold_plan: ThresholdPlan | None = None,
     pos_weight_source: str | None = None,
+    chosen_settings: dict[str, Any] | None = None,
 ) -> None:
+    """``chosen_settings``: training-settings rows for what the run chose itself (``--pooling auto``'s search)."""
     name = training_args.hub_model_id or final_dir.name
     validation = splits.get("validation")
     facts = CardFacts(
@@ -129,7 +131,7 @@ def write_model_card(
             for split in splits.values()
         ],
         max_seq_length=max_length,
-        training_settings=_training_settings(training_args, labels),
+        training_settings={**_training_settings(training_args, labels), **(chosen_settings or {})},
         evaluation=_evaluation_by_split(metrics),
         example_text=(
             data_args.example_texts or [next(iter(splits.values())).dataset[0][data_args.text_column]]

@@ -110,7 +110,9 @@ class PoolingSearch:
             "chosen": self.chosen,
             "metric": self.metric,
             "greater_is_better": self.greater_is_better,
-            "scores": dict(self.scores),
+            "scores": {
+                name: None if math.isnan(score) else score for name, score in self.scores.items()
+            },  # JSON
             "budget": self.budget,
             "steps_per_candidate": self.steps,
             "validation_rows": self.validation_rows,

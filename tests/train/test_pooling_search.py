@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import data_flags, entity_rows, leftovers, topic_rows, train, write_rows
+from helpers import (
+    data_flags,
+    entity_rows,
+    leftovers,
+    multi_label_rows,
+    topic_rows,
+    train,
+    write_rows,
+)
 from safetensors.torch import load_file
 
 from pooled_models import PooledForSequenceClassification
@@ -119,18 +127,26 @@ def test_auto_trains_the_best_candidate_as_if_it_had_been_given(
     }
 
 
-def test_a_whole_run_trial_scores_what_the_run_itself_scores(tiny_backbone_path, tmp_path, one_torch_thread):
+@pytest.mark.parametrize(
+    ("rows", "metric"),
+    [(topic_rows, "eval_f1_macro"), (multi_label_rows, "eval_f1_micro")],
+    ids=["single", "multi"],
+)
+def test_a_whole_run_trial_scores_what_the_run_itself_scores(
+    tiny_backbone_path, tmp_path, one_torch_thread, rows, metric
+):
     # With a budget of 1 the trial of the chosen pooling is the run itself: same steps, seed and schedule, so its
-    # validation score (from the real scorer) is the run's. (The run must not evaluate while training, which a trial
-    # does not do: each evaluation draws a seed for its data loader from the random state the training reads.)
-    flags = [*data_flags(tmp_path), "--do_train", "--eval_strategy", "no", "--pooling", "auto"]
+    # validation score (from the real scorer; multi-label: at the threshold tuned on validation, as the run tunes it)
+    # is the run's. (The run must not evaluate while training, which a trial does not do: each evaluation draws a
+    # seed for its data loader from the random state the training reads.)
+    flags = [*data_flags(tmp_path, rows), "--do_train", "--eval_strategy", "no", "--pooling", "auto"]
     flags += ["--auto_poolings", "mean,max"]
     result = train(tiny_backbone_path, tmp_path / "out", *flags, "--auto_pooling_budget", "1")
     search = result.metrics[SEARCH_RESULTS_KEY]
-    assert list(search["scores"]) == ["mean", "max"]
+    assert (list(search["scores"]), search["metric"]) == (["mean", "max"], metric)
     assert search["chosen"] == max(search["scores"], key=search["scores"].get)
     assert search["steps_per_candidate"] == 9  # 3 epochs of 3 steps (48 rows, batch 16)
-    assert search["scores"][search["chosen"]] == pytest.approx(result.metrics["eval_f1_macro"])
+    assert search["scores"][search["chosen"]] == pytest.approx(result.metrics[metric])
 
 
 def test_a_search_that_fails_leaves_nothing(

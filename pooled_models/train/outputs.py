@@ -120,7 +120,7 @@ def write_model_card(
         base_model=base_model,
         base_model_on_hub=not Path(base_model).exists(),
         config=model.config,
-        head_class=type(model.classifier),
+        head_class=type(model.classifier.head),  # the head itself: model.classifier also holds the pooler
         data_description=_data_description(data_args, splits),
         dataset_name=data_args.dataset_name if _on_hub(data_args.dataset_name) else None,
         dataset_config=data_args.dataset_config_name,

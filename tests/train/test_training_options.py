@@ -566,7 +566,10 @@ def test_multi_sample_dropout_runs_through_train_py(tiny_backbone_path, tmp_path
     )
     assert head_runs == [True] * 4 * 2  # two training steps, four runs of the head in each
     assert json.loads((result.output_dir / "config.json").read_text())["classifier_dropout_samples"] == 4
-    assert "the logits averaged over 4 dropout samples" in (result.output_dir / "README.md").read_text()
+    assert (
+        "The head is `linear`: Dropout and a linear layer (BERT style) (dropout 0.1, multi-sample dropout: in training, "
+        "the logits averaged over 4 dropout samples)." in (result.output_dir / "README.md").read_text()
+    )
 
 
 @pytest.mark.parametrize(

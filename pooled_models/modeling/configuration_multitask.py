@@ -19,7 +19,7 @@ from typing import Any
 from transformers import AutoConfig
 from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
 
-from .configuration_pooled import PooledConfig, _clean_backbone_config
+from .configuration_pooled import BUILT_WITH, PooledConfig, _clean_backbone_config
 from .heads import HEADS
 from .pooling import POOLINGS
 from .problem_types import SINGLE_LABEL
@@ -66,7 +66,11 @@ def _own_fields() -> list[str]:
 
 def _token_settings() -> set[str]:
     """What a token task may set: its labels and its head (a token head has no pooling and one loss)."""
-    return {"classifier_head", "classifier_dropout"} | HEADS.every_option() | set(LABEL_SETTINGS)
+    return (
+        {"classifier_head", "classifier_dropout", "classifier_dropout_samples"}
+        | HEADS.every_option()
+        | set(LABEL_SETTINGS)
+    )
 
 
 class PooledMultiTaskConfig(PreTrainedConfig):
@@ -82,8 +86,8 @@ class PooledMultiTaskConfig(PreTrainedConfig):
             A sequence task takes any `PooledConfig` setting: `pooling` and the pooling's settings,
             `classifier_head` and its settings, `problem_type` (`single_label_classification`,
             `multi_label_classification`, `regression`; inferred from the first labels when unset),
-            `multi_label_loss`, `pos_weight`, `decision_threshold`. A token task takes `classifier_head`, its
-            settings and `classifier_dropout`. Names are letters, digits and `_`, starting with a letter.
+            `multi_label_loss`, `pos_weight`, `decision_threshold`, `classifier_dropout_samples`. A token task takes
+            `classifier_head`, its settings, `classifier_dropout` and `classifier_dropout_samples`. Names are letters, digits and `_`, starting with a letter.
         position_ids_from_mask (`bool`, *optional*, defaults to `True`):
             Derive the backbone's position ids from the attention mask (see `PooledConfig`).
         packed_batches (`bool`, *optional*, defaults to `False`):
@@ -156,7 +160,11 @@ class PooledMultiTaskConfig(PreTrainedConfig):
     def structure(self) -> dict[str, Any]:
         """What a built model's modules depend on, per task: its kind, pooling and head with their settings, and
         the number of labels. A model cannot follow a change of these (it keeps its modules); loading it again can."""
-        shaping = {"kind", "pooling", "classifier_head"} | POOLINGS.every_option() | HEADS.every_option()
+        shaping = (
+            {"kind", "pooling", "classifier_head", *BUILT_WITH}
+            | POOLINGS.every_option()
+            | HEADS.every_option()
+        )
         return {
             name: {
                 "num_labels": len(settings["id2label"]),

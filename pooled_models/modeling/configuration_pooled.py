@@ -31,6 +31,9 @@ __all__ = ["PooledConfig", "CHOICES"]
 # Each registry and the setting that picks from it. PooledConfig checks every choice by looping over these.
 CHOICES: tuple[Registry, ...] = (POOLINGS, HEADS, MULTI_LABEL_LOSSES)
 CHOICE_REGISTRIES = {registry.setting: registry for registry in (*CHOICES, LABEL_TOKEN_INITS)}
+# Settings every head's module reads once, when it is built (besides the chosen parts' own): a built model cannot follow
+# a change of them, so structure() lists them.
+BUILT_WITH = ("classifier_dropout_samples",)
 # Settings with one value per label: they no longer fit when the number of labels changes.
 PER_LABEL = ("label_token_init_ids", "label_tokens_per_pass", "pos_weight", "decision_threshold")
 # True while from_dict builds a config: validation waits for the load-time keywords.
@@ -118,6 +121,12 @@ class PooledConfig(PreTrainedConfig):
         classifier_dropout (`float`, *optional*):
             Dropout before the output layer. Defaults to the backbone's `classifier_dropout`, else its
             `hidden_dropout_prob`, else 0.1.
+        classifier_dropout_samples (`int`, *optional*, defaults to 1):
+            Multi-sample dropout (Inoue 2019): in training, the head runs this many times on each pooled vector (or
+            token), each run with its own dropout masks, and the logits are averaged, so that one step learns from
+            several thinned heads for the cost of the head alone (the backbone runs once). Evaluation and inference
+            run the head once, without dropout, whatever the setting. 1: off (one run, as any classifier). Needs a
+            `classifier_dropout` above 0.
         classifier_hidden_size (`int`, *optional*):
             `dense` head only. Width of the dense layer. Defaults to the backbone's hidden size.
         classifier_activation (`str`, *optional*):
@@ -190,6 +199,7 @@ class PooledConfig(PreTrainedConfig):
     label_token_layers: int | str | None = None
     classifier_head: str = "linear"
     classifier_dropout: float | None = None
+    classifier_dropout_samples: int = 1
     classifier_hidden_size: int | None = None
     classifier_activation: str | None = None
     position_ids_from_mask: bool = True
@@ -241,8 +251,13 @@ class PooledConfig(PreTrainedConfig):
 
     def structure(self) -> dict[str, Any]:
         """The settings a built model's modules depend on: its pooling and head with their settings, and the number
-        of labels. A model cannot follow a change of these (it keeps its modules); loading it again can."""
-        names = {"pooling", "classifier_head", "num_labels"} | POOLINGS.every_option() | HEADS.every_option()
+        of labels, and what the modules read once when built (BUILT_WITH). A model cannot follow a change of these (it
+        keeps its modules); loading it again can."""
+        names = (
+            {"pooling", "classifier_head", "num_labels", *BUILT_WITH}
+            | POOLINGS.every_option()
+            | HEADS.every_option()
+        )
         return {name: getattr(self, name, None) for name in sorted(names)}
 
     @property
@@ -386,6 +401,17 @@ class PooledConfig(PreTrainedConfig):
         dropout = self.classifier_dropout
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise ValueError(f"classifier_dropout must be a number in [0, 1), got {dropout!r}.")
+        samples = self.classifier_dropout_samples
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ValueError(
+                f"classifier_dropout_samples must be an integer >= 1 (1: off, one dropout sample), got {samples!r}."
+            )
+        if samples > 1 and dropout == 0:
+            raise ValueError(
+                f"classifier_dropout_samples={samples} averages the head over dropout samples, but classifier_dropout "
+                "is 0, so every sample would be the same: set classifier_dropout above 0 (e.g. 0.1), or "
+                "classifier_dropout_samples=1."
+            )
 
     def _check_multi_label(self) -> None:
         multi_label_only = {"pos_weight": self.pos_weight, "decision_threshold": self.decision_threshold}

@@ -22,6 +22,7 @@ __all__ = [
     "HEADS",
     "register_head",
     "LABEL_TOKEN_SCORERS",
+    "multi_sample_logits",
 ]
 
 register_head = HEADS.register
@@ -38,6 +39,22 @@ class Head(nn.Module, Component):
 
     def __init__(self, config: PreTrainedConfig, input_dim: int):
         super().__init__()
+
+
+def multi_sample_logits(head: nn.Module, features: torch.Tensor, samples: int) -> torch.Tensor:
+    """Multi-sample dropout (Inoue 2019, ``classifier_dropout_samples``): in training, the mean of the logits of
+    ``samples`` runs of ``head`` over the same ``features``, each run drawing its own dropout masks (for every dropout
+    of the head: a dense head's inner one too), so one step learns from several thinned heads at the cost of the head
+    alone, not of the backbone. In evaluation dropout is off and every run would give the same logits: one run.
+
+    The runs are a Python loop, not one run over ``samples`` stacked copies: the same graph for any batch size
+    (torch.compile, export), and run ``k`` draws the masks that ``head(features)`` would draw ``k``-th in a row.
+    """
+    if samples == 1 or not head.training:
+        return head(features)
+    runs = [head(features) for _ in range(samples)]
+    # Averaged in float32, returned in the head's dtype (half-precision logits lose the small differences).
+    return torch.stack(runs).mean(dim=0, dtype=torch.float32).to(runs[0].dtype)
 
 
 @HEADS.register("linear")

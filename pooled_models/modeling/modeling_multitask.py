@@ -132,7 +132,7 @@ class MultiTaskClassifier(nn.Module):
         if self.kinds[name] == TOKEN:
             return head(outputs.last_hidden_state)
         pooled = head.pooler(outputs.last_hidden_state, attention_mask, outputs.hidden_states)
-        return head.head(pooled)
+        return head.logits(pooled)
 
 
 class PooledForMultiTask(PooledPreTrainedModel):

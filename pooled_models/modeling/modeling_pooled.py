@@ -32,7 +32,7 @@ from transformers.utils.generic import can_return_tuple
 from .backbone import build_backbone, load_backbone, position_ids_from_mask, position_offset
 from .configuration_pooled import WATCHED, PooledConfig
 from .encoding import SentenceEncoderMixin
-from .heads import HEADS, LabelTokenHead
+from .heads import HEADS, LabelTokenHead, multi_sample_logits
 from .inputs import check_inputs
 from .label_tokens import LabelEmbeddings
 from .losses import classification_loss
@@ -468,17 +468,23 @@ class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
 class PooledClassifier(nn.Module):
     """The part a sequence classifier adds to its backbone: the pooler and the head. Its forward runs the backbone
     through ``call`` (the pooler decides how: label tokens edit its input) and returns
-    ``(backbone outputs, pooled, logits)``."""
+    ``(backbone outputs, pooled, logits)``; in training the logits are averaged over ``classifier_dropout_samples``
+    runs of the head (multi-sample dropout, ``heads.multi_sample_logits``)."""
 
     def __init__(self, config: PooledConfig):
         super().__init__()
         self.pooler = build_pooler(config)
         head_class = self.pooler.head_class or HEADS.lookup(config.classifier_head)
         self.head = head_class(config, self.pooler.output_dim)
+        self.dropout_samples = config.classifier_dropout_samples
 
     def forward(self, call: BackboneCall, inputs: dict[str, Any], output_hidden_states: bool):
         outputs, pooled = self.pooler.encode(call, inputs, output_hidden_states)
-        return outputs, pooled, self.head(pooled)
+        return outputs, pooled, self.logits(pooled)
+
+    def logits(self, pooled: torch.Tensor) -> torch.Tensor:
+        """The head's logits for pooled vectors (averaged over dropout samples in training)."""
+        return multi_sample_logits(self.head, pooled, self.dropout_samples)
 
 
 class PooledForSequenceClassification(SentenceEncoderMixin, PooledPreTrainedModel):

@@ -22,7 +22,7 @@ from transformers.modeling_outputs import TokenClassifierOutput
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_pooled import PooledConfig
-from .heads import HEADS
+from .heads import HEADS, multi_sample_logits
 from .modeling_pooled import PooledPreTrainedModel
 from .pooling import hidden_states_for_caller
 from .problem_types import SINGLE_LABEL
@@ -38,14 +38,16 @@ INPUT_EDITING_POOLINGS = ("label_tokens",)
 class TokenClassifier(nn.Module):
     """The part a token classifier adds to its backbone: a head (chosen by ``classifier_head``) applied to the
     hidden state of every token, ``[B, T, H]`` -> ``[B, T, num_labels]``. Named ``token_head`` rather than ``head``,
-    so that a sequence classifier's head never loads into it, nor it into one."""
+    so that a sequence classifier's head never loads into it, nor it into one. In training the logits are averaged
+    over ``classifier_dropout_samples`` runs of the head (multi-sample dropout, as a sequence classifier's)."""
 
     def __init__(self, config: PooledConfig):
         super().__init__()
         self.token_head = HEADS.lookup(config.classifier_head)(config, config.backbone_config.hidden_size)
+        self.dropout_samples = config.classifier_dropout_samples
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.token_head(hidden_states)
+        return multi_sample_logits(self.token_head, hidden_states, self.dropout_samples)
 
 
 def check_token_config(config: PooledConfig) -> None:

@@ -43,6 +43,9 @@ __all__ = [
     "pooled_config_kwargs",
     "parse_pos_weight",
     "THRESHOLD_TUNING",
+    "AUTO_POOLING",
+    "AUTO_POOLING_CANDIDATES",
+    "AUTO_POOLING_BUDGET",
     "read_config_file",
     "parse_arguments",
 ]
@@ -58,6 +61,8 @@ CLI_MODEL_DEFAULTS: dict[str, Any] = {"multi_label_loss": None}
 CLI_MODEL_HELP = {
     "multi_label_loss": "train.py's default: 'asymmetric' for a multi-label run (measured on the debtags benchmark; "
     "README, Defaults), left unset otherwise.",
+    "pooling": "train.py also takes 'auto': before the run, each of --auto_poolings trains briefly "
+    "(--auto_pooling_budget of the run each, same seed) and the best on the validation split is the run's pooling.",
 }
 
 # Settings train.py can also compute from the training split, when given as "auto"; the flag takes text (the word, or
@@ -70,6 +75,23 @@ DATA_DERIVED_SETTINGS = {
 
 # --tune_thresholds: how train.py chooses the multi-label decision threshold(s) on the validation split.
 THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
+
+# --pooling auto (pooling_search.py): the word, the poolings it tries by default, and each one's share of the run.
+AUTO_POOLING = "auto"
+# The candidates, from the accuracy sweeps (README, "Accuracy: fortunes" and "Accuracy: debtags"): mean_max (1st on
+# fortunes, 2nd on debtags), lstm (3rd, 1st) and attention (4th, 3rd) are in the top four of both; mean is train.py's
+# default (2nd on fortunes, 0.01 micro-F1 from the top of debtags' tight spread), first so that it wins ties. Left
+# out: cls (5th, 4th: behind those three on both), max and weighted_layer (far behind on fortunes) and label_tokens
+# (next to last on fortunes, twice the training time, and it inserts tokens that shorten every text).
+AUTO_POOLING_CANDIDATES = ("mean", "mean_max", "attention", "lstm")
+# Each candidate trains for this share of the run's training steps: a quarter of an epoch at the default 4 epochs,
+# so that four candidates add a quarter of a run. Not measured yet (bench/recipes.py's pooling_auto arms).
+AUTO_POOLING_BUDGET = 0.0625
+# Poolings --pooling auto does not try: label tokens change the input itself (and so the longest text a run keeps).
+NOT_AUTO_CANDIDATES = {
+    "label_tokens": "it inserts label tokens into every text, which changes the texts' length limit; compare it "
+    "with the sweep (sweep.py) instead",
+}
 
 # train.py's optimisation defaults where they differ from TrainingArguments' (README, "Defaults").
 HEAD_LEARNING_RATE = 1e-3
@@ -165,9 +187,7 @@ def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, 
             annotation = list[str] | None
             metadata["help"] += " " + DATA_DERIVED_SETTINGS[config_field.name]
         if config_field.name == "pooling":
-            metadata["choices"] = (
-                POOLINGS.keys()
-            )  # a live view: poolers registered after this import count too
+            metadata["choices"] = PoolingChoices()
         if isinstance(default, (list, dict)):
             argument = field(
                 default_factory=lambda default=default: copy.deepcopy(default), metadata=metadata
@@ -176,6 +196,17 @@ def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, 
             argument = field(default=default, metadata=metadata)
         fields.append((config_field.name, annotation, argument))
     return fields
+
+
+class PoolingChoices:
+    """What ``--pooling`` takes: a registered pooling, or ``auto``. Read when the flag is parsed, so that poolings
+    registered after this import count too."""
+
+    def __contains__(self, name: object) -> bool:
+        return name == AUTO_POOLING or name in POOLINGS
+
+    def __iter__(self):
+        return iter([*POOLINGS, AUTO_POOLING])
 
 
 @dataclass
@@ -524,6 +555,22 @@ class PooledTrainingArguments(TrainingArguments):
     threshold_average: Literal["micro", "macro"] = field(
         default="micro", metadata={"help": "The F1 that tune_thresholds maximises: micro- or macro-averaged."}
     )
+    auto_poolings: list[str] = field(
+        default_factory=lambda: list(AUTO_POOLING_CANDIDATES),
+        metadata={
+            "help": "--pooling auto: the poolings to try (names, or one comma-separated list), at least two. The "
+            "default (mean, mean_max, attention, lstm) holds the best of the accuracy sweeps (README); mean, the "
+            "default pooling, first, so that it wins ties."
+        },
+    )
+    auto_pooling_budget: float = field(
+        default=AUTO_POOLING_BUDGET,
+        metadata={
+            "help": "--pooling auto: the share of the run's training steps each candidate trains for, in (0, 1], with "
+            "the run's seed, learning rates and schedule shape. 0.0625: a quarter of an epoch at 4 epochs, so four "
+            "candidates add a quarter of the run."
+        },
+    )
     task_sampling: Literal["proportional", "temperature", "round_robin"] = field(
         default="proportional",
         metadata={
@@ -566,6 +613,7 @@ class PooledTrainingArguments(TrainingArguments):
             "label_smoothing_factor", self.label_smoothing_factor, lambda value: 0 <= value < 1, "in [0, 1)"
         )
         self._check_linear_probe()
+        self._check_pooling_search()
         if self.ema_decay is not None:
             _require_number("ema_decay", self.ema_decay, lambda value: 0 <= value < 1, "in [0, 1) (or unset)")
         if self.early_stopping_patience is not None:
@@ -609,6 +657,34 @@ class PooledTrainingArguments(TrainingArguments):
             # Several processes: the backbone gets no gradient during the probe, which DistributedDataParallel must
             # be told of (one process ignores the setting).
             self.ddp_find_unused_parameters = True
+
+    def _check_pooling_search(self) -> None:
+        """--auto_poolings: registered poolings (a comma-separated string too, from a flag or a config file), at least
+        two, each once; --auto_pooling_budget: a share of the run."""
+        _require_number(
+            "auto_pooling_budget", self.auto_pooling_budget, lambda value: 0 < value <= 1, "in (0, 1]"
+        )
+        given = (
+            [self.auto_poolings] if isinstance(self.auto_poolings, str) else list(self.auto_poolings or [])
+        )
+        names = [name.strip() for item in given for name in str(item).split(",") if name.strip()]
+        for name in names:
+            if name not in POOLINGS:
+                raise UsageError(
+                    f"Unknown pooling {name!r} in auto_poolings. Valid choices: "
+                    f"{', '.join(known for known in POOLINGS if known not in NOT_AUTO_CANDIDATES)}."
+                )
+            if name in NOT_AUTO_CANDIDATES:
+                raise UsageError(f"auto_poolings cannot hold {name!r}: {NOT_AUTO_CANDIDATES[name]}.")
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise UsageError(f"auto_poolings names {', '.join(repeated)} more than once.")
+        if len(names) < 2:
+            raise UsageError(
+                f"auto_poolings needs at least two poolings to choose from, got {names}; to train one pooling, give "
+                "it as --pooling."
+            )
+        self.auto_poolings = names
 
 
 def _require_number(name: str, value: Any, valid, valid_range: str) -> None:

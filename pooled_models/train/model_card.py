@@ -108,6 +108,11 @@ def _pooling_settings(config) -> dict[str, Any]:
 def _head_description(facts: CardFacts) -> str:
     config = facts.config
     details = [f"dropout {config.classifier_dropout}"]
+    if config.classifier_dropout_samples > 1:
+        details.append(
+            f"multi-sample dropout: in training, the logits averaged over {config.classifier_dropout_samples} dropout "
+            "samples"
+        )
     if config.classifier_head == "dense":
         details += [f"width {config.classifier_hidden_size}", f"activation `{config.classifier_activation}`"]
     return f"{_summary(facts.head_class).rstrip('.')} ({', '.join(details)})"

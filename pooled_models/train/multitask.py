@@ -285,7 +285,10 @@ def _set_packed_batches(model: PooledForMultiTask, packed: bool) -> None:
 def _from_token_classifier(token: PooledForTokenClassification, name: str) -> PooledForMultiTask:
     """A one-task multi-task model holding a saved token classifier's backbone and head, to train or evaluate."""
     config = token.config
-    settings = {key: getattr(config, key) for key in ("classifier_head", "classifier_dropout")}
+    settings = {
+        key: getattr(config, key)
+        for key in ("classifier_head", "classifier_dropout", "classifier_dropout_samples")
+    }
     for key in ("classifier_hidden_size", "classifier_activation"):
         if getattr(config, key, None) is not None:
             settings[key] = getattr(config, key)

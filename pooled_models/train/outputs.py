@@ -109,7 +109,9 @@ def write_model_card(
     pushed: bool,
     threshold_plan: ThresholdPlan | None = None,
     pos_weight_source: str | None = None,
+    chosen_settings: dict[str, Any] | None = None,
 ) -> None:
+    """``chosen_settings``: training-settings rows for what the run chose itself (``--pooling auto``'s search)."""
     name = training_args.hub_model_id or final_dir.name
     validation = splits.get("validation")
     facts = CardFacts(
@@ -118,7 +120,7 @@ def write_model_card(
         base_model=base_model,
         base_model_on_hub=not Path(base_model).exists(),
         config=model.config,
-        head_class=type(model.classifier),
+        head_class=type(model.classifier.head),  # the head itself: model.classifier also holds the pooler
         data_description=_data_description(data_args, splits),
         dataset_name=data_args.dataset_name if _on_hub(data_args.dataset_name) else None,
         dataset_config=data_args.dataset_config_name,
@@ -129,7 +131,7 @@ def write_model_card(
             for split in splits.values()
         ],
         max_seq_length=max_length,
-        training_settings=_training_settings(training_args, labels),
+        training_settings={**_training_settings(training_args, labels), **(chosen_settings or {})},
         evaluation=_evaluation_by_split(metrics),
         example_text=(
             data_args.example_texts or [next(iter(splits.values())).dataset[0][data_args.text_column]]

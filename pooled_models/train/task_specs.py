@@ -54,7 +54,13 @@ TASK_DATA_SETTINGS = (
 )
 SEQUENCE_ONLY = ("text_column", "text_pair_column", "label_column", "problem_type", "label_separator")
 TOKEN_ONLY = ("words_column", "tags_column", "label_all_subtokens")
-HEAD_SETTINGS = ("classifier_head", "classifier_dropout", "classifier_hidden_size", "classifier_activation")
+HEAD_SETTINGS = (
+    "classifier_head",
+    "classifier_dropout",
+    "classifier_dropout_samples",
+    "classifier_hidden_size",
+    "classifier_activation",
+)
 # The name of the task of a token-classification run from flags.
 SINGLE_TOKEN_TASK = "tokens"
 

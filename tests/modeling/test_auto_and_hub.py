@@ -25,6 +25,7 @@ def save_classifier(
         id2label=LABELS,
         problem_type=problem_type,
         classifier_head="dense",
+        classifier_dropout_samples=2,  # a head setting the remote code must know too
     ).eval()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -111,13 +112,14 @@ def test_trust_remote_code_loads_the_same_model_without_the_package(multi_label_
         with torch.no_grad():
             logits = model(**tokenizer({TEXTS!r}, padding=True, return_tensors="pt")).logits
         print(json.dumps({{"model": type(model).__module__, "encoder": type(encoder).__name__,
-                           "logits": logits.tolist()}}))
+                           "logits": logits.tolist(), "dropout_samples": model.classifier.dropout_samples}}))
     """
     result = run_without_package(script, tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["model"].startswith("transformers_modules.")
     assert report["encoder"] == "PooledModel"
+    assert report["dropout_samples"] == 2
     torch.testing.assert_close(torch.tensor(report["logits"]), logits, atol=1e-6, rtol=1e-6)
 
 

@@ -65,6 +65,7 @@ def test_every_task_is_saved_with_its_defaults_filled_in(tmp_path):
         "problem_type": "single_label_classification",
         "classifier_head": "linear",
         "classifier_dropout": 0.1,
+        "classifier_dropout_samples": 1,
     }
     built.save_pretrained(tmp_path / "first")
     reloaded = AutoConfig.from_pretrained(tmp_path / "first")

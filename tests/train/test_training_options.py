@@ -1,5 +1,6 @@
 """train.py's training options beyond the defaults: layer-wise learning-rate decay, label smoothing, a linear probe
-before fine-tuning (LP-FT) and an exponential moving average of the weights (EMA)."""
+before fine-tuning (LP-FT), an exponential moving average of the weights (EMA) and multi-sample dropout in the head
+(a model setting, classifier_dropout_samples: tests/modeling/test_multi_sample_dropout.py tests the model)."""
 
 import json
 import shutil
@@ -9,6 +10,7 @@ import pytest
 import torch
 from helpers import (
     MULTITASK_TASKS,
+    leftovers,
     multi_label_rows,
     random_batch,
     tiny_model,
@@ -24,10 +26,16 @@ from transformers import TrainerCallback
 from transformers.trainer_pt_utils import LabelSmoother
 
 from pooled_models.modeling.losses import classification_loss
-from pooled_models.train.arguments import PooledTrainingArguments, _parser, parse_arguments
+from pooled_models.train.arguments import (
+    PooledTrainingArguments,
+    _parser,
+    parse_arguments,
+    pooled_config_kwargs,
+)
 from pooled_models.train.errors import UsageError
 from pooled_models.train.learning_rates import layerwise_learning_rates
 from pooled_models.train.linear_probe import probe_steps
+from pooled_models.train.task_specs import task_specs
 from pooled_models.train.trainer import PooledTrainer, check_training_options, head_parameters
 from pooled_models.train.weight_average import EMA_FILE, WeightAverage
 
@@ -507,3 +515,74 @@ def test_the_best_checkpoint_is_kept_with_its_average(ema_run, tiny_backbone_pat
         parse_arguments(
             ["--output_dir", "out", "--ema_decay", "0.9", "--load_best_model_at_end", "--save_only_model"]
         )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Multi-sample dropout in the head (classifier_dropout_samples, a PooledConfig setting)
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_multi_sample_dropout_is_a_flag_that_reaches_the_config():
+    model_args, _, _ = parse_arguments(["--output_dir", "out", "--classifier_dropout_samples", "4"])
+    assert pooled_config_kwargs(model_args) == {"classifier_dropout_samples": 4}
+    unset, _, _ = parse_arguments(["--output_dir", "out"])
+    assert "classifier_dropout_samples" not in pooled_config_kwargs(unset)
+
+
+def test_a_token_classification_run_gives_its_token_head_the_samples():
+    _, data_args, _ = parse_arguments(
+        ["--output_dir", "out", "--train_file", "train.conll", "--tags_column", "tags"]
+    )
+    [spec] = task_specs(data_args, {"classifier_dropout_samples": 4, "pooling": "max"})
+    assert spec.model == {
+        "classifier_dropout_samples": 4
+    }  # a head setting; the pooling is not the token head's
+
+
+def test_multi_sample_dropout_runs_through_train_py(tiny_backbone_path, tmp_path, one_torch_thread):
+    head_runs = []
+
+    class CountHeadRuns(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            model.classifier.head.register_forward_pre_hook(lambda *_: head_runs.append(model.training))
+
+    data = write_rows(tmp_path / "train.csv", topic_rows(16))
+    flags = [
+        "--train_file",
+        str(data),
+        "--do_train",
+        "--num_train_epochs",
+        "1",
+        "--per_device_train_batch_size",
+        "8",
+    ]
+    result = train(
+        tiny_backbone_path,
+        tmp_path / "out",
+        *flags,
+        "--classifier_dropout_samples",
+        "4",
+        callbacks=[CountHeadRuns()],
+    )
+    assert head_runs == [True] * 4 * 2  # two training steps, four runs of the head in each
+    assert json.loads((result.output_dir / "config.json").read_text())["classifier_dropout_samples"] == 4
+    assert (
+        "The head is `linear`: Dropout and a linear layer (BERT style) (dropout 0.1, multi-sample dropout: in training, "
+        "the logits averaged over 4 dropout samples)." in (result.output_dir / "README.md").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--classifier_dropout_samples", "0"], r"classifier_dropout_samples must be an integer >= 1"),
+        (["--classifier_dropout_samples", "2", "--classifier_dropout", "0"], r"classifier_dropout is 0"),
+    ],
+)
+def test_bad_multi_sample_dropout_settings_are_refused_before_anything_is_written(
+    tiny_backbone_path, tmp_path, flags, message
+):
+    data = write_rows(tmp_path / "train.csv", topic_rows(16))
+    with pytest.raises(UsageError, match=message):
+        train(tiny_backbone_path, tmp_path / "out", "--train_file", str(data), "--do_train", *flags)
+    assert leftovers(tmp_path / "out") == []

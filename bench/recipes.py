@@ -27,8 +27,10 @@ and each seed, every arm trains on the training split and is scored on the test 
 
 Scores use train.py's own metric functions (``pooled_models.train.metrics.compute_metrics``): accuracy and macro-F1
 on fortunes, micro- and macro-F1 on debtags. "train seconds" is the optimisation loop alone: Trainer's
-``train_runtime`` for train.py (run with ``--eval_strategy no``, which changes no result: train.py evaluates every
-epoch only to report progress, unless it keeps the best checkpoint), the same loop timed here for the recipe.
+``train_runtime`` for train.py (run with ``--eval_strategy no``: train.py evaluates every epoch only to report
+progress, unless it keeps the best checkpoint; leaving that out changes which random numbers later epochs draw, so a
+``defaults`` run is not bit-identical to a default user run, but is the same method), the same loop timed here for
+the recipe.
 Loading, tokenising and scoring the test split are left out of both. A ``--pooling auto`` arm adds its search's
 training loops (``auto_pooling.train_seconds`` in the run's results), which are part of what the arm costs.
 

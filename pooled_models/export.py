@@ -87,9 +87,8 @@ def export_onnx(
     with_token_types = "token_type_ids" in model._backbone_takes
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if with_token_types else [])
     sample = sample or _sample_batch(model, batch=2, length=16, seed=0)
-    exported = _Exported(
-        model, with_token_types
-    ).eval()  # the wrapper too: torch warns about a module in training mode
+    # The wrapper in eval mode too: torch warns about exporting a module in training mode.
+    exported = _Exported(model, with_token_types).eval()
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     arguments = tuple(sample.get(name, torch.zeros_like(sample["input_ids"])) for name in names)
     with torch.no_grad():

@@ -130,6 +130,8 @@ def test_every_pooling_exports_to_onnx_in_one_multitask_model(tmp_path):
         for name in sorted(POOLERS)
     }
     tasks["entities"] = {"kind": "token", "id2label": ENTITY_LABELS}
+    # Multi-sample dropout exports as the single evaluation pass (classifier_dropout_samples only acts in training).
+    tasks["by_mean"] |= {"classifier_dropout": 0.1, "classifier_dropout_samples": 3}
     model = tiny_multitask_model(tasks=tasks)
     path = export_onnx(model, tmp_path / "model.onnx")
     assert [output.name for output in onnx.load(str(path)).graph.output] == [

@@ -348,17 +348,18 @@ def test_resume_refuses_a_report_that_did_not_record_its_settings(tmp_path, data
 # is Ctrl-C; SIGKILL leaves no chance to clean up, as when a job is pre-empted.
 SIGNALLED_SWEEP = textwrap.dedent(
     """
-    import os, signal, sys, time
+    import os, signal, sys
     from transformers import TrainerCallback
     import pooled_models.train.run as run_module
     from pooled_models.sweep.runner import main
 
+    # A Python started from a terminal turns SIGINT into KeyboardInterrupt; one started under a shell's background
+    # job (`make test &`) inherits SIGINT ignored, and Python then leaves it ignored. Be the terminal's.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     class SignalAtFirstStep(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             os.kill(os.getpid(), getattr(signal, os.environ["TEST_SIGNAL"]))
-            # Python runs the SIGINT handler at its next check, wherever that is: waiting here makes it this frame,
-            # as a Ctrl-C at a terminal would land in the training loop, not in some finalizer that swallows it.
-            time.sleep(5)
 
     real_run, calls = run_module.run, []
 

@@ -5,6 +5,7 @@ on the same data, backbone, seeds and budget, in one run.
     python bench/recipes.py --arms recipe,defaults,llrd_0.8,lp_ft_0.5,ema_0.99,label_smoothing_0.1
     python bench/recipes.py --datasets fortunes --arms recipe,defaults --seeds 1 2 3 4 5
     python bench/recipes.py --resume              # continue an interrupted run (its finished runs are skipped)
+    python bench/recipes.py --datasets fortunes --merge-from /tmp/core1   # add another process's runs to the table
     python bench/recipes.py --datasets fortunes --per-class 6 --seeds 1 --arms recipe,defaults --epochs 0.25 \\
         --report-dir /tmp/recipes                 # a smoke test: a minute
 
@@ -94,6 +95,10 @@ CANDIDATES: dict[str, list[str]] = {
         "--head_learning_rate",
         "2e-3",
     ],  # the recipe's head learning rate, on train.py's defaults
+    "head_lr_5e-3": ["--head_learning_rate", "5e-3"],
+    # Candidates on top of the recipe's head learning rate (the first arm's gain, measured before these)
+    "head_lr_2e-3_mean_max": ["--head_learning_rate", "2e-3", "--pooling", "mean_max"],
+    "head_lr_2e-3_ema_0.99": ["--head_learning_rate", "2e-3", "--ema_decay", "0.99"],
     "pooling_mean_max": ["--pooling", "mean_max"],
     "pooling_attention": ["--pooling", "attention"],
     "llrd_0.8": ["--layerwise_lr_decay", "0.8"],
@@ -116,6 +121,27 @@ CANDIDATES: dict[str, list[str]] = {
     # 1/16 of the run (the default budget) or a quarter of it (1 epoch each: the search costs as much as the run)
     "pooling_auto": ["--pooling", "auto"],
     "pooling_auto_0.25": ["--pooling", "auto", "--auto_pooling_budget", "0.25"],
+    # What the recipe leaves out, one at a time and all together: the dropout before the head, gradient clipping
+    # (Trainer's max_grad_norm 1.0), and everything the recipe does otherwise (its head learning rate, random batches)
+    "no_head_dropout": ["--classifier_dropout", "0"],
+    "no_grad_clipping": ["--max_grad_norm", "0"],
+    "as_the_recipe": [
+        "--head_learning_rate",
+        "2e-3",
+        "--classifier_dropout",
+        "0",
+        "--max_grad_norm",
+        "0",
+        "--train_sampling_strategy",
+        "random",
+    ],
+    # Label tokens (issue 16, part 3: why they trail mean pooling on fortunes): train.py's default (the top 2
+    # layers), full insertion, and one change each to the scorer, the initialisation and the position.
+    "label_tokens": ["--pooling", "label_tokens"],
+    "label_tokens_all": ["--pooling", "label_tokens", "--label_token_layers", "all"],
+    "label_tokens_shared": ["--pooling", "label_tokens", "--label_token_scorer", "shared"],
+    "label_tokens_random_init": ["--pooling", "label_tokens", "--label_token_init", "random"],
+    "label_tokens_after_text": ["--pooling", "label_tokens", "--label_token_position", "-1"],
 }
 
 # The metrics each dataset reports (on the test split), the first being the one the chart sorts by.
@@ -410,6 +436,8 @@ def markdown(document: dict, rows: list[dict]) -> str:
         f"`{document['command']}`",
         "",
     ]
+    for merged in document.get("merged_from", []):  # runs made by another process (--merge-from)
+        lines += [f"with the runs of `{merged['command']}`", ""]
     planned, finished = len(document["arms"]) * len(seeds), len(document["runs"])
     if finished < planned:
         lines += [
@@ -521,6 +549,37 @@ def check_comparable(earlier: dict, document: dict, folder: Path) -> None:
         )
 
 
+def merge_reports(dataset: str, folder: Path, sources: list[Path]) -> None:
+    """Add the finished runs of other report folders (the same dataset and settings: e.g. one bench process per core,
+    each with its own --report-dir) to the report in ``folder`` and rewrite it; nothing is trained. A run both
+    reports hold is kept as ``folder`` has it."""
+    own = folder / "report.json"
+    if not own.is_file():
+        sys.exit(f"bench/recipes.py: --merge-from: no report to merge into ({own} does not exist).")
+    document = json.loads(own.read_text(encoding="utf-8"))
+    document.pop("summary", None)
+    for source in sources:
+        path = source / dataset / "report.json"
+        if not path.is_file():
+            sys.exit(f"bench/recipes.py: --merge-from: {path} does not exist.")
+        other = json.loads(path.read_text(encoding="utf-8"))
+        check_comparable(document, other, folder)
+        held = {(run["arm"], run["seed"]) for run in document["runs"] if run["status"] == "ok"}
+        added = [
+            run for run in other["runs"] if run["status"] == "ok" and (run["arm"], run["seed"]) not in held
+        ]
+        document["runs"] += added
+        document["arms"] = list(dict.fromkeys([*document["arms"], *(run["arm"] for run in added)]))
+        document["seeds"] = list(dict.fromkeys([*document["seeds"], *(run["seed"] for run in added)]))
+        document["candidates"] = {**other.get("candidates", {}), **document.get("candidates", {})}
+        document.setdefault("merged_from", []).append(
+            {"folder": str(path.parent), "command": other["command"]}
+        )
+        print(f"{dataset}: {len(added)} runs added from {path.parent}", flush=True)
+    write_report(document, folder)
+    print((folder / "report.md").read_text(), flush=True)
+
+
 def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str], command: str) -> None:
     folder = args.report_dir / dataset
     earlier = earlier_report(folder, args.resume)
@@ -608,6 +667,15 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--resume", action="store_true", help="skip the (arm, seed) runs report.json has finished"
     )
+    parser.add_argument(
+        "--merge-from",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="add the finished runs of these report dirs (same settings; e.g. a second process on the other core) "
+        "to the report in --report-dir and rewrite it, training nothing",
+    )
     args = parser.parse_args(argv)
     args.datasets = [name.strip() for name in args.datasets.split(",") if name.strip()]
     args.arms = [name.strip() for name in args.arms.split(",") if name.strip()]
@@ -631,6 +699,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     command = shlex.join(["python", "bench/recipes.py", *(sys.argv[1:] if argv is None else argv)])
     for dataset in args.datasets:
+        if args.merge_from:
+            merge_reports(dataset, args.report_dir / dataset, args.merge_from)
+            continue
         try:
             run_dataset(dataset, args, args.arms, command)
         except KeyboardInterrupt:

@@ -32,7 +32,14 @@ from torch import nn
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput
 
-__all__ = ["ALL_LAYERS", "LayerStack", "LAYER_STACKS", "layer_stack", "run_with_late_labels"]
+__all__ = [
+    "ALL_LAYERS",
+    "LayerStack",
+    "LAYER_STACKS",
+    "layer_stack",
+    "supports_top_layers",
+    "run_with_late_labels",
+]
 
 # label_token_layers' value for full insertion: the label tokens are in the input and join every layer.
 ALL_LAYERS = "all"
@@ -140,12 +147,19 @@ LAYER_STACKS: dict[str, type[LayerStack]] = {
 }
 
 
+def supports_top_layers(backbone_config) -> bool:
+    """Whether a backbone of this config can run label tokens in its top layers only (``layer_stack`` accepts it,
+    for a backbone built by its family's own class)."""
+    return getattr(backbone_config, "model_type", None) in LAYER_STACKS and not getattr(
+        backbone_config, "is_decoder", False
+    )
+
+
 def layer_stack(backbone: nn.Module, top_layers: int) -> LayerStack:
     """The :class:`LayerStack` of ``backbone``; a ``ValueError`` naming the choices when it has none."""
     config = backbone.config
     is_decoder = getattr(config, "is_decoder", False)
-    stack_class = LAYER_STACKS.get(getattr(config, "model_type", None))
-    stack = stack_class(backbone) if stack_class is not None and not is_decoder else None
+    stack = LAYER_STACKS[config.model_type](backbone) if supports_top_layers(config) else None
     # A backbone of a known type built otherwise (without the modules its family's forward reads) is refused too.
     if not isinstance(getattr(stack, "layers", None), nn.ModuleList):
         raise ValueError(

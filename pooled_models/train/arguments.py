@@ -61,6 +61,8 @@ CLI_MODEL_DEFAULTS: dict[str, Any] = {"multi_label_loss": None}
 CLI_MODEL_HELP = {
     "multi_label_loss": "train.py's default: 'asymmetric' for a multi-label run (measured on the debtags benchmark; "
     "README, Defaults), left unset otherwise.",
+    "label_token_layers": "train.py's default: 2 where the backbone supports it (measured against 'all' on both "
+    "benchmarks; README, Defaults), 'all' elsewhere.",
     "pooling": "train.py also takes 'auto': before the run, each of --auto_poolings trains briefly "
     "(--auto_pooling_budget of the run each, same seed) and the best on the validation split is the run's pooling.",
 }

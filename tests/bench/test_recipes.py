@@ -93,3 +93,81 @@ def test_the_recipe_refuses_test_labels_the_training_split_lacks(tmp_path):
     }
     with pytest.raises(ValueError, match=r"the test split has labels the training split lacks: \['music'\]"):
         recipes.recipe_splits(files, "label", "single_label_classification")
+
+
+def report(runs, command, **settings):
+    return {
+        "dataset": "fortunes",
+        "problem_type": "single_label_classification",
+        "metrics": ["accuracy", "f1_macro"],
+        "arms": list(dict.fromkeys(run["arm"] for run in runs)),
+        "seeds": list(dict.fromkeys(run["seed"] for run in runs)),
+        "sizes": {"train": 10},
+        "max_seq_length": 128,
+        "epochs": 4.0,
+        "data_seed": 0,
+        "candidates": {},
+        "command": command,
+        "runs": runs,
+        **settings,
+    }
+
+
+def write_report_json(folder, document):
+    import json
+
+    (folder / "fortunes").mkdir(parents=True)
+    (folder / "fortunes" / "report.json").write_text(json.dumps(document))
+
+
+def test_reports_of_two_processes_merge_into_one_table(tmp_path):
+    import json
+
+    write_report_json(
+        tmp_path / "a", report([run("recipe", 1, 0.5, 10.0), run("defaults", 1, 0.6, 5.0)], "cmd a")
+    )
+    second = [
+        run("defaults", 1, 0.9, 1.0),
+        run("head_lr_2e-3", 1, 0.7, 6.0),
+        run("msd_4", 1, None, None, "failed"),
+    ]
+    write_report_json(tmp_path / "b", report(second, "cmd b"))
+    assert (
+        recipes.main(
+            [
+                "--datasets",
+                "fortunes",
+                "--report-dir",
+                str(tmp_path / "a"),
+                "--merge-from",
+                str(tmp_path / "b"),
+            ]
+        )
+        == 0
+    )
+    merged = json.loads((tmp_path / "a" / "fortunes" / "report.json").read_text())
+    # the target's own run of (defaults, 1) is kept; the failed run is not brought over
+    assert sorted((run["arm"], run["metrics"].get("test_accuracy")) for run in merged["runs"]) == [
+        ("defaults", 0.6),
+        ("head_lr_2e-3", 0.7),
+        ("recipe", 0.5),
+    ]
+    text = (tmp_path / "a" / "fortunes" / "report.md").read_text()
+    assert "`cmd a`" in text and "with the runs of `cmd b`" in text
+    assert "| head_lr_2e-3 |" in text and "+20.0" in text  # 0.7 against the recipe's 0.5
+
+
+def test_reports_made_with_other_settings_do_not_merge(tmp_path):
+    write_report_json(tmp_path / "a", report([run("recipe", 1, 0.5, 10.0)], "cmd a"))
+    write_report_json(tmp_path / "b", report([run("defaults", 1, 0.6, 5.0)], "cmd b", epochs=1.0))
+    with pytest.raises(SystemExit, match="epochs was 4.0, now 1.0"):
+        recipes.main(
+            [
+                "--datasets",
+                "fortunes",
+                "--report-dir",
+                str(tmp_path / "a"),
+                "--merge-from",
+                str(tmp_path / "b"),
+            ]
+        )

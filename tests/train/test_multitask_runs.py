@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForTokenClassification, TrainerCallback, pipeline
 
 from pooled_models import PooledForMultiTask, PooledForTokenClassification
+from pooled_models.train.arguments import HEAD_LEARNING_RATE
 from pooled_models.train.errors import UsageError
 from pooled_models.train.multitask_data import MultiTaskCollator, MultiTaskRows
 from pooled_models.train.multitask_trainer import MultiTaskTrainer
@@ -257,9 +258,8 @@ def test_the_published_multitask_model_holds_every_head_and_the_tuned_threshold(
 def test_heads_train_at_their_own_rate_and_frozen_parts_do_not_change(multitask_run):
     _, record = multitask_run
     assert record.rate_of("classifier.heads.places.") == {0.02}
-    assert record.rate_of("classifier.heads.topic.") == {
-        1e-3
-    }  # the run's head_learning_rate (train.py's default)
+    # the run's head_learning_rate (train.py's default)
+    assert record.rate_of("classifier.heads.topic.") == {HEAD_LEARNING_RATE}
     assert record.rate_of("backbone.") == {1e-3}  # FAST's learning rate
     assert not record.rate_of("classifier.heads.length.")  # frozen: not in the optimizer
     assert not record.changed("classifier.heads.length.")

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from pooled_models import PooledForSequenceClassification
 from pooled_models.train import pooling_search, run
-from pooled_models.train.arguments import AUTO_POOLING_CANDIDATES, parse_arguments
+from pooled_models.train.arguments import AUTO_POOLING_CANDIDATES, HEAD_LEARNING_RATE, parse_arguments
 from pooled_models.train.errors import UsageError
 from pooled_models.train.pooling_search import (
     SEARCH_RESULTS_KEY,
@@ -306,7 +306,11 @@ def test_a_trial_is_the_run_in_miniature_that_saves_evaluates_and_reports_nothin
     trial = trial_arguments(run_args, 0.25, "/tmp/trial")
     assert dataclasses.asdict(run_args) == before  # the run's own arguments are untouched
     assert (trial.num_train_epochs, trial.warmup_steps) == (1.0, 25)
-    assert (trial.learning_rate, trial.seed, trial.head_learning_rate) == (3e-5, run_args.seed, 1e-3)
+    assert (trial.learning_rate, trial.seed, trial.head_learning_rate) == (
+        3e-5,
+        run_args.seed,
+        HEAD_LEARNING_RATE,
+    )
     assert trial.eval_strategy == "no" and trial.save_strategy == "no"
     assert not trial.load_best_model_at_end and trial.early_stopping_patience is None
     assert (trial.report_to, trial.push_to_hub, trial.output_dir) == ([], False, "/tmp/trial")

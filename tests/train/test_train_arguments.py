@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import REPO
-from transformers import HfArgumentParser
+from transformers import BertConfig, GPT2Config, HfArgumentParser
 
 from pooled_models import PooledConfig
 from pooled_models.train.arguments import (
@@ -18,6 +18,7 @@ from pooled_models.train.arguments import (
     pooled_config_fields,
     pooled_config_kwargs,
 )
+from pooled_models.train.model_setup import default_label_token_layers
 
 SETTINGS = {
     "model_name_or_path": "some/backbone",
@@ -250,3 +251,30 @@ def test_threshold_tuning_settings_default_and_are_checked_in_config_files(tmp_p
         config = write_config(tmp_path, ".yaml", {"output_dir": "o", key: value})
         with pytest.raises(UsageError, match=f"Unknown {key} '{value}'. Valid choices"):
             parse_arguments([str(config)])
+
+
+@pytest.mark.parametrize(
+    "backbone_config, given, expected",
+    [
+        (BertConfig(num_hidden_layers=6), None, 2),  # train.py's default: the top 2 layers
+        (BertConfig(num_hidden_layers=1), None, 1),  # never more layers than the backbone has
+        (BertConfig(num_hidden_layers=6), "all", "all"),  # what the user gave wins
+        (BertConfig(num_hidden_layers=6), 4, 4),
+        (GPT2Config(n_layer=6), None, None),  # a decoder runs label tokens in every layer only: left unset
+        (BertConfig(num_hidden_layers=6, is_decoder=True), None, None),
+    ],
+)
+def test_train_py_puts_label_tokens_in_the_top_two_layers_where_the_backbone_can(
+    backbone_config, given, expected
+):
+    flags = ["--pooling", "label_tokens", "--output_dir", "out"]
+    flags += ["--label_token_layers", str(given)] if given is not None else []
+    settings = pooled_config_kwargs(parse_arguments(flags)[0])
+    default_label_token_layers(settings, backbone_config)
+    assert settings.get("label_token_layers") == expected
+
+
+def test_the_label_token_layers_default_leaves_other_poolings_alone():
+    settings = pooled_config_kwargs(parse_arguments(["--pooling", "mean", "--output_dir", "out"])[0])
+    default_label_token_layers(settings, BertConfig(num_hidden_layers=6))
+    assert "label_token_layers" not in settings

@@ -26,6 +26,7 @@ from transformers import TrainerCallback
 from transformers.trainer_pt_utils import LabelSmoother
 
 from pooled_models.modeling.losses import classification_loss
+from pooled_models.train.arguments import HEAD_LEARNING_RATE as DEFAULT_HEAD_LEARNING_RATE
 from pooled_models.train.arguments import (
     PooledTrainingArguments,
     _parser,
@@ -345,7 +346,9 @@ def test_a_linear_probe_trains_the_head_alone_then_everything(tiny_backbone_path
     # steps, then it follows the same schedule over the 6 steps left (warm-up 3), from 0 again.
     head = [rates["head"] for rates in record.rates]
     backbone_rates = [rates["backbone"] for rates in record.rates]
-    assert head == pytest.approx([1e-3 * factor for factor in (0, 0.2, 0.4, 0.6, 0.8, 1, 0.75, 0.5, 0.25)])
+    assert head == pytest.approx(
+        [DEFAULT_HEAD_LEARNING_RATE * factor for factor in (0, 0.2, 0.4, 0.6, 0.8, 1, 0.75, 0.5, 0.25)]
+    )
     assert backbone_rates == pytest.approx(
         [1e-3 * factor for factor in (0, 0, 0, 0, 1 / 3, 2 / 3, 1, 2 / 3, 1 / 3)]
     )

@@ -120,6 +120,10 @@ def write_report_json(folder, document):
     (folder / "fortunes" / "report.json").write_text(json.dumps(document))
 
 
+def merge(into, source):
+    return recipes.main(["--datasets", "fortunes", "--report-dir", str(into), "--merge-from", str(source)])
+
+
 def test_reports_of_two_processes_merge_into_one_table(tmp_path):
     import json
 
@@ -132,19 +136,7 @@ def test_reports_of_two_processes_merge_into_one_table(tmp_path):
         run("msd_4", 1, None, None, "failed"),
     ]
     write_report_json(tmp_path / "b", report(second, "cmd b"))
-    assert (
-        recipes.main(
-            [
-                "--datasets",
-                "fortunes",
-                "--report-dir",
-                str(tmp_path / "a"),
-                "--merge-from",
-                str(tmp_path / "b"),
-            ]
-        )
-        == 0
-    )
+    assert merge(tmp_path / "a", tmp_path / "b") == 0
     merged = json.loads((tmp_path / "a" / "fortunes" / "report.json").read_text())
     # the target's own run of (defaults, 1) is kept; the failed run is not brought over
     assert sorted((run["arm"], run["metrics"].get("test_accuracy")) for run in merged["runs"]) == [
@@ -161,13 +153,4 @@ def test_reports_made_with_other_settings_do_not_merge(tmp_path):
     write_report_json(tmp_path / "a", report([run("recipe", 1, 0.5, 10.0)], "cmd a"))
     write_report_json(tmp_path / "b", report([run("defaults", 1, 0.6, 5.0)], "cmd b", epochs=1.0))
     with pytest.raises(SystemExit, match="epochs was 4.0, now 1.0"):
-        recipes.main(
-            [
-                "--datasets",
-                "fortunes",
-                "--report-dir",
-                str(tmp_path / "a"),
-                "--merge-from",
-                str(tmp_path / "b"),
-            ]
-        )
+        merge(tmp_path / "a", tmp_path / "b")

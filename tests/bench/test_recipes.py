@@ -1,6 +1,8 @@
 """bench/recipes.py: the plain-PyTorch reference recipe, and the report's arithmetic (means, sds, points and time
 against the recipe), without running the benchmark."""
 
+import json
+
 import pytest
 import recipes
 from helpers import multi_label_rows, topic_rows, write_rows
@@ -114,8 +116,6 @@ def report(runs, command, **settings):
 
 
 def write_report_json(folder, document):
-    import json
-
     (folder / "fortunes").mkdir(parents=True)
     (folder / "fortunes" / "report.json").write_text(json.dumps(document))
 
@@ -125,8 +125,6 @@ def merge(into, source):
 
 
 def test_reports_of_two_processes_merge_into_one_table(tmp_path):
-    import json
-
     write_report_json(
         tmp_path / "a", report([run("recipe", 1, 0.5, 10.0), run("defaults", 1, 0.6, 5.0)], "cmd a")
     )
@@ -154,3 +152,10 @@ def test_reports_made_with_other_settings_do_not_merge(tmp_path):
     write_report_json(tmp_path / "b", report([run("defaults", 1, 0.6, 5.0)], "cmd b", epochs=1.0))
     with pytest.raises(SystemExit, match="epochs was 4.0, now 1.0"):
         merge(tmp_path / "a", tmp_path / "b")
+
+
+@pytest.mark.parametrize("arm", sorted(recipes.CANDIDATES))
+def test_every_candidate_arm_is_a_valid_train_py_command_line(arm):
+    from pooled_models.train.arguments import parse_arguments
+
+    parse_arguments([*recipes.CANDIDATES[arm], "--output_dir", "out"])  # a renamed or removed flag fails here

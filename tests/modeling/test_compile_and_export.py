@@ -130,6 +130,9 @@ def test_every_pooling_exports_to_onnx_in_one_multitask_model(tmp_path):
         for name in sorted(POOLERS)
     }
     tasks["entities"] = {"kind": "token", "id2label": ENTITY_LABELS}
+    # Label tokens joining the top layer only (train.py's default runs them in the top layers): the backbone's
+    # layers run one by one, inserted vectors and all, in the exported graph too.
+    tasks["by_label_tokens_top_layer"] = {**tasks["by_label_tokens"], "label_token_layers": 1}
     # Multi-sample dropout exports as the single evaluation pass (classifier_dropout_samples only acts in training).
     tasks["by_mean"] |= {"classifier_dropout": 0.1, "classifier_dropout_samples": 3}
     model = tiny_multitask_model(tasks=tasks)

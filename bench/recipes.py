@@ -141,6 +141,16 @@ CANDIDATES: dict[str, list[str]] = {
     "label_tokens_shared": ["--pooling", "label_tokens", "--label_token_scorer", "shared"],
     "label_tokens_random_init": ["--pooling", "label_tokens", "--label_token_init", "random"],
     "label_tokens_after_text": ["--pooling", "label_tokens", "--label_token_position", "-1"],
+    # ... the label embeddings' own learning rate (a tenth of the head's) and weight decay (none), and one-way
+    # attention (the text does not attend to the label tokens)
+    "label_tokens_embedding_lr_5e-4": [
+        "--pooling",
+        "label_tokens",
+        "--label_embedding_learning_rate",
+        "5e-4",
+    ],
+    "label_tokens_embedding_decay_0": ["--pooling", "label_tokens", "--label_embedding_weight_decay", "0"],
+    "label_tokens_one_way": ["--pooling", "label_tokens", "--label_token_attention", "one_way"],
 }
 
 # The metrics each dataset reports (on the test split), the first being the one the chart sorts by.

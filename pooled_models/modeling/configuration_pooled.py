@@ -115,6 +115,13 @@ class PooledConfig(PreTrainedConfig):
             front of the top k layers, which costs far less with many labels. k equal to the number of layers is
             `"all"`. k below it runs the backbone's layers one by one, which BERT-style (BERT, MiniLM, RoBERTa,
             XLM-RoBERTa, CamemBERT), ESM and DistilBERT backbones support. Defaults to `"all"`.
+        label_token_attention (`str`, *optional*):
+            `label_tokens` only. `"two_way"`: text and label tokens attend to each other. `"one_way"`: the label
+            tokens attend to the text (and to each other), the text does not attend to the label tokens, so the
+            text's states are those it has alone and each label reads them. `"one_way"` runs the backbone's layers
+            one by one (the backbones `label_token_layers=k` supports; with `"all"` the label tokens join from the
+            first layer and the text keeps its own positions) with eager or sdpa attention. Defaults to
+            `"two_way"`.
         classifier_head (`str`, *optional*, defaults to `"linear"`):
             `"linear"`: dropout and a linear layer (BERT style). `"dense"`: dense, activation, dropout and an
             output projection (RoBERTa/ESM style).
@@ -197,6 +204,7 @@ class PooledConfig(PreTrainedConfig):
     label_token_position: int | None = None
     label_tokens_per_pass: int | None = None
     label_token_layers: int | str | None = None
+    label_token_attention: str | None = None
     classifier_head: str = "linear"
     classifier_dropout: float | None = None
     classifier_dropout_samples: int = 1

@@ -34,6 +34,10 @@ from transformers.modeling_outputs import BaseModelOutput
 
 __all__ = [
     "ALL_LAYERS",
+    "LABEL_TOKEN_ATTENTION",
+    "ONE_WAY",
+    "TWO_WAY",
+    "text_not_attending_labels",
     "LayerStack",
     "LAYER_STACKS",
     "layer_stack",
@@ -68,10 +72,14 @@ class LayerStack:
     ) -> torch.Tensor:
         raise NotImplementedError
 
-    def mask(self, hidden: torch.Tensor, attention_mask: torch.Tensor):
-        # The backbone's own helper: the mask form its attention implementation (eager, sdpa, flash...) reads.
+    def mask(self, hidden: torch.Tensor, attention_mask: torch.Tensor, materialize: bool = False):
+        """The backbone's own helper: the mask form its attention implementation (eager, sdpa, flash...) reads.
+        ``materialize``: a mask tensor even where no token is padding (sdpa would take None)."""
         return create_bidirectional_mask(
-            config=self.backbone.config, inputs_embeds=hidden, attention_mask=attention_mask
+            config=self.backbone.config,
+            inputs_embeds=hidden,
+            attention_mask=attention_mask,
+            allow_is_bidirectional_skip=not materialize,
         )
 
     def layer_inputs(self, hidden: torch.Tensor, position_ids: torch.Tensor) -> dict[str, Any]:
@@ -176,6 +184,31 @@ def layer_stack(backbone: nn.Module, top_layers: int) -> LayerStack:
     return stack
 
 
+# label_token_attention's choices: text and labels attend to each other, or only the labels to the text.
+TWO_WAY = "two_way"
+ONE_WAY = "one_way"
+LABEL_TOKEN_ATTENTION = (TWO_WAY, ONE_WAY)
+
+
+def text_not_attending_labels(
+    mask, text: torch.Tensor, labels: torch.Tensor, backbone: nn.Module
+) -> torch.Tensor:
+    """``mask`` (a 4D mask as eager or sdpa attention reads it: booleans, True where a query may attend, or additive
+    floats) with the attention of the text's tokens (``text``, ``[B, T]``) to the label tokens (``labels``) removed.
+    Padding queries keep theirs, so that no row of the mask is empty."""
+    if not (isinstance(mask, torch.Tensor) and mask.dim() == 4):
+        implementation = getattr(backbone.config, "_attn_implementation", None)
+        raise ValueError(
+            f"label_token_attention={ONE_WAY!r} edits the attention mask, which {type(backbone).__name__}'s "
+            f"{implementation!r} attention does not take as a tensor. Load the backbone with "
+            f"attn_implementation='sdpa' or 'eager', or choose label_token_attention={TWO_WAY!r}."
+        )
+    blocked = (text.unsqueeze(-1) & labels.unsqueeze(-2)).unsqueeze(1)  # [B, 1, query, key]
+    if mask.dtype == torch.bool:
+        return mask & ~blocked
+    return mask.masked_fill(blocked, torch.finfo(mask.dtype).min)
+
+
 def run_with_late_labels(
     stack: LayerStack,
     layout,
@@ -183,10 +216,11 @@ def run_with_late_labels(
     labels: dict[str, Any],
     top_layers: int,
     keep_hidden_states: bool,
+    one_way: bool = False,
 ) -> BaseModelOutput:
     """Run ``text`` (the embedding inputs of the texts alone, one row per text) through the embeddings and lower
     layers, insert the embedded ``labels`` (one row per text and label group) where ``layout`` puts them, and run the
-    top ``top_layers`` layers over the joined rows.
+    top ``top_layers`` layers over the joined rows (``one_way``: the text's tokens do not attend to the label tokens).
 
     ``hidden_states`` (when kept) are in the joined rows' layout, as with full insertion: the label slots are zero
     before the layer the labels join, and hold the inserted vectors from the input of the first top layer on.
@@ -203,7 +237,9 @@ def run_with_late_labels(
         hidden = layers[index](hidden, attention_mask=mask, **extra)
 
     hidden = layout.insert(hidden, stack.embed(**labels))
-    mask = stack.mask(hidden, layout.attention_mask)
+    mask = stack.mask(hidden, layout.attention_mask, materialize=one_way)
+    if one_way:  # the text's tokens do not see the label tokens: its states stay those of the text alone
+        mask = text_not_attending_labels(mask, layout.keep, layout.label_index >= 0, stack.backbone)
     extra = stack.layer_inputs(hidden, layout.insert(text["position_ids"], labels["position_ids"]))
     for index in range(split, len(layers)):
         if keep_hidden_states:

@@ -32,7 +32,14 @@ from transformers import initialization as init
 
 from .backbone import position_ids_from_mask, position_offset
 from .heads import LABEL_TOKEN_SCORERS, LabelTokenHead
-from .label_token_layers import ALL_LAYERS, layer_stack, run_with_late_labels
+from .label_token_layers import (
+    ALL_LAYERS,
+    LABEL_TOKEN_ATTENTION,
+    ONE_WAY,
+    TWO_WAY,
+    layer_stack,
+    run_with_late_labels,
+)
 from .pooling import POOLINGS, Pooler
 from .registry import LABEL_TOKEN_INITS, Component
 
@@ -230,6 +237,7 @@ class LabelTokenPooler(Pooler):
         "label_token_position": 1,
         "label_tokens_per_pass": _default_per_pass,
         "label_token_layers": ALL_LAYERS,
+        "label_token_attention": TWO_WAY,
     }
     head_class = LabelTokenHead
 
@@ -292,6 +300,11 @@ class LabelTokenPooler(Pooler):
             f"backbone's top layers the label tokens join), got {layers!r}.",
         )
         require(
+            config.label_token_attention in LABEL_TOKEN_ATTENTION,
+            f"Unknown label_token_attention {config.label_token_attention!r}. Valid choices: "
+            f"{', '.join(LABEL_TOKEN_ATTENTION)}.",
+        )
+        require(
             config.position_ids_from_mask,
             "pooling='label_tokens' needs position_ids_from_mask=True: the label tokens shift the text's positions.",
         )
@@ -306,9 +319,14 @@ class LabelTokenPooler(Pooler):
         self.num_passes = math.ceil(self.num_labels / self.per_pass)
         self.added_tokens = self.per_pass  # every input carries one pass of label tokens
         # The top layers the label tokens join; None: all of them, from the input on (full insertion). k = the number
-        # of layers is full insertion too: there the labels' own embedding layer is the only layer below.
+        # of layers is full insertion too: there the labels' own embedding layer is the only layer below. One-way
+        # attention runs the layers one by one (its mask is made there): "all" is then every layer of the stack.
         layers = config.label_token_layers
-        self.top_layers = None if layers in (ALL_LAYERS, _num_layers(config)) else layers
+        self.one_way = config.label_token_attention == ONE_WAY
+        if self.one_way:
+            self.top_layers = _num_layers(config) if layers == ALL_LAYERS else layers
+        else:
+            self.top_layers = None if layers in (ALL_LAYERS, _num_layers(config)) else layers
 
     # -- checks against the backbone -------------------------------------------------------------------
 
@@ -325,8 +343,22 @@ class LabelTokenPooler(Pooler):
                 f"label_tokens_per_pass={self.per_pass} leaves {position_budget - self.per_pass} of the backbone's "
                 f"{position_budget} positions for the text; lower label_tokens_per_pass."
             )
-        if self.top_layers is not None:
+        if self.one_way:
+            self._check_one_way(backbone)
+        elif self.top_layers is not None:
             layer_stack(backbone, self.top_layers)  # refuses a backbone whose layers it cannot run one by one
+
+    def _check_one_way(self, backbone: nn.Module) -> None:
+        try:
+            if self.top_layers is None:  # a backbone config without num_hidden_layers
+                raise ValueError("its config does not give num_hidden_layers.")
+            layer_stack(backbone, self.top_layers)
+        except ValueError as error:
+            reason = str(error).split(" Valid choice")[0]  # layer_stack's reason, without its suggestion
+            raise ValueError(
+                f"label_token_attention={ONE_WAY!r} runs the backbone's layers one by one and cannot here: "
+                f"{reason} Valid choice for this backbone: label_token_attention={TWO_WAY!r}."
+            ) from None
 
     # -- forward -------------------------------------------------------------------------------------
 
@@ -379,7 +411,13 @@ class LabelTokenPooler(Pooler):
         labels["attention_mask"] = (layout.label_ids >= 0).long()
         request = bool(output_hidden_states)  # a selection is made from all of them by the model
         outputs = run_with_late_labels(
-            layer_stack(encoder.backbone, self.top_layers), layout, text, labels, self.top_layers, request
+            layer_stack(encoder.backbone, self.top_layers),
+            layout,
+            text,
+            labels,
+            self.top_layers,
+            request,
+            one_way=self.one_way,
         )
         return outputs, layout.read_labels(outputs.last_hidden_state)
 

@@ -102,6 +102,8 @@ NOT_AUTO_CANDIDATES = {
 HEAD_LEARNING_RATE = 5e-3
 NUM_TRAIN_EPOCHS = 4.0
 TRAIN_BATCH_SIZE = 16
+# Training settings of the label-token embeddings (unset: the pooler's and head's rate, the run's weight decay).
+LABEL_EMBEDDING_OPTIONS = ("label_embedding_learning_rate", "label_embedding_weight_decay")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -447,6 +449,19 @@ class PooledTrainingArguments(TrainingArguments):
             "steps than the pretrained backbone."
         },
     )
+    label_embedding_learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "pooling='label_tokens': learning rate of the label embeddings (the label tokens' input vectors). "
+            "Unset: head_learning_rate, as the rest of the pooler."
+        },
+    )
+    label_embedding_weight_decay: float | None = field(
+        default=None,
+        metadata={
+            "help": "pooling='label_tokens': weight decay of the label embeddings. Unset: weight_decay."
+        },
+    )
     num_train_epochs: float = field(
         default=NUM_TRAIN_EPOCHS, metadata={"help": "Number of passes over the training data."}
     )
@@ -609,8 +624,9 @@ class PooledTrainingArguments(TrainingArguments):
             or self.sampling_alpha < 0
         ):
             raise UsageError(f"sampling_alpha must be a number >= 0, got {self.sampling_alpha!r}.")
-        if self.head_learning_rate is not None and self.head_learning_rate < 0:
-            raise UsageError(f"head_learning_rate must be >= 0, got {self.head_learning_rate}.")
+        for name in ("head_learning_rate", "label_embedding_learning_rate", "label_embedding_weight_decay"):
+            if getattr(self, name) is not None:
+                _require_number(name, getattr(self, name), lambda value: value >= 0, ">= 0 (or unset)")
         _require_number(
             "layerwise_lr_decay", self.layerwise_lr_decay, lambda value: 0 < value <= 1, "in (0, 1]"
         )

@@ -231,6 +231,10 @@ def chosen_training_options(args) -> dict[str, Any]:
         options["linear probe (pooler and head alone) epochs"] = args.linear_probe_epochs
     if getattr(args, "ema_decay", None) is not None:
         options["saved weights: exponential moving average, decay"] = args.ema_decay
+    if getattr(args, "label_embedding_learning_rate", None) is not None:
+        options["learning rate (label embeddings)"] = args.label_embedding_learning_rate
+    if getattr(args, "label_embedding_weight_decay", None) is not None:
+        options["weight decay (label embeddings)"] = args.label_embedding_weight_decay
     return options
 
 

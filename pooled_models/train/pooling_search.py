@@ -42,6 +42,7 @@ from .arguments import (
     AUTO_POOLING,
     AUTO_POOLING_BUDGET,
     AUTO_POOLING_CANDIDATES,
+    LABEL_EMBEDDING_OPTIONS,
     pooled_config_kwargs,
 )
 from .data import Split
@@ -178,6 +179,14 @@ def check_pooling_search(model_args, data_args, training_args) -> None:
         raise UsageError(
             f"--pooling {AUTO_POOLING} chooses by the score on the validation split: give validation data "
             "(--validation_file, or a dataset with a validation split) and --do_eval."
+        )
+    label_settings = [
+        name for name in LABEL_EMBEDDING_OPTIONS if getattr(training_args, name, None) is not None
+    ]
+    if label_settings:
+        raise UsageError(
+            f"{' and '.join(label_settings)} set how label-token embeddings train, and --pooling {AUTO_POOLING} "
+            "does not choose among label tokens: leave them out, or choose --pooling label_tokens."
         )
 
 

@@ -9,7 +9,9 @@ import warnings
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 
+from ..modeling.label_tokens import LabelEmbeddings
 from ..modeling.modeling_pooled import PooledPreTrainedModel
+from .arguments import LABEL_EMBEDDING_OPTIONS
 from .batching import (
     LengthGroupedRowSampler,
     LengthSortedSampler,
@@ -50,6 +52,26 @@ def head_parameters(model) -> set[int]:
         return {id(parameter) for parameter in model.head_parameters()}
     new = set(getattr(model, "newly_initialized_parameters", ()))
     return {id(parameter) for name, parameter in model.named_parameters() if name in new}
+
+
+def label_embedding_parameters(model) -> set[int]:
+    """ids of the parameters of every label-token embedding module in ``model`` (PEFT's trained copies included)."""
+    return {
+        id(parameter)
+        for module in model.modules()
+        if isinstance(module, LabelEmbeddings)
+        for parameter in module.parameters()
+    }
+
+
+def check_label_embedding_options(model, training_args) -> None:
+    """A UsageError when a label-embedding setting is given to a model without label-token embeddings."""
+    given = [name for name in LABEL_EMBEDDING_OPTIONS if getattr(training_args, name, None) is not None]
+    if given and not label_embedding_parameters(model):
+        raise UsageError(
+            f"{' and '.join(given)} set how the label-token embeddings train, but this model has none (they come "
+            "with pooling='label_tokens'): leave them unset, or choose that pooling."
+        )
 
 
 def freeze_backbone(model) -> int:
@@ -169,10 +191,23 @@ class PooledTrainer(Trainer):
 
     def parameter_learning_rates(self, model) -> dict[int, float]:
         """id of a parameter -> its learning rate, for the parameters that may not train at ``args.learning_rate``:
-        the backbone's layers under layer-wise decay, and the pooler and head."""
+        the backbone's layers under layer-wise decay, the pooler and head, and label-token embeddings given a rate
+        of their own."""
         rates = self.backbone_learning_rates(model)
         rates.update(self.head_learning_rates(model))
+        label_rate = getattr(self.args, "label_embedding_learning_rate", None)
+        if label_rate is not None:
+            rates.update(dict.fromkeys(self.label_embeddings(model), label_rate))
         return rates
+
+    def parameter_weight_decays(self, model) -> dict[int, float]:
+        """id of a parameter -> its weight decay, for the decayed parameters that may not use ``args.weight_decay``:
+        label-token embeddings given a weight decay of their own."""
+        decay = getattr(self.args, "label_embedding_weight_decay", None)
+        return {} if decay is None else dict.fromkeys(self.label_embeddings(model), decay)
+
+    def label_embeddings(self, model) -> set[int]:
+        return label_embedding_parameters(model)
 
     def backbone_learning_rates(self, model) -> dict[int, float]:
         """The backbone's rates under ``args.layerwise_lr_decay`` (none when it is 1.0: all at ``learning_rate``)."""
@@ -194,28 +229,31 @@ class PooledTrainer(Trainer):
         opt_model = self.model if model is None else model
         unwrapped = self.accelerator.unwrap_model(opt_model)
         rates = self.parameter_learning_rates(unwrapped)
+        decays = self.parameter_weight_decays(unwrapped)
         probing = getattr(self.args, "linear_probe_epochs", 0.0) > 0
-        if not rates and not probing:
+        if not rates and not decays and not probing:
             return super().create_optimizer(model)
-        decay = set(self.get_decay_parameter_names(opt_model))
+        decayed = set(self.get_decay_parameter_names(opt_model))
         head = head_parameters(unwrapped)
-        # One group per (rate, weight decay or not, part): a linear probe switches the backbone's groups off first.
-        groups: dict[tuple[float, bool, str], list] = {}
+        # One group per (rate, weight decay, part): a linear probe switches the backbone's groups off first.
+        groups: dict[tuple[float, float, str], list] = {}
         for name, parameter in opt_model.named_parameters():
             if parameter.requires_grad:
-                rate = rates.get(id(parameter), self.args.learning_rate)
-                part = HEAD if id(parameter) in head else BACKBONE
-                groups.setdefault((rate, name in decay, part), []).append(parameter)
+                key = id(parameter)
+                rate = rates.get(key, self.args.learning_rate)
+                decay = decays.get(key, self.args.weight_decay) if name in decayed else 0.0
+                part = HEAD if key in head else BACKBONE
+                groups.setdefault((rate, decay, part), []).append(parameter)
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
         self.optimizer = optimizer_cls(
             [
                 {
                     "params": parameters,
                     "lr": rate,
-                    "weight_decay": self.args.weight_decay if decays else 0.0,
+                    "weight_decay": decay,
                     PART: part,
                 }
-                for (rate, decays, part), parameters in groups.items()
+                for (rate, decay, part), parameters in groups.items()
             ],
             **optimizer_kwargs,
         )
@@ -299,6 +337,7 @@ def check_training_options(model, training_args) -> None:
             "linear_probe_epochs trains the pooler and head alone first, and this model has no parameters that "
             "train.py knows as its head."
         )
+    check_label_embedding_options(model, training_args)
     unsmoothed = check_label_smoothing(model, training_args.label_smoothing_factor)
     if unsmoothed:
         logger.info(

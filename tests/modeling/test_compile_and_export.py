@@ -133,6 +133,12 @@ def test_every_pooling_exports_to_onnx_in_one_multitask_model(tmp_path):
     # Label tokens joining the top layer only (train.py's default runs them in the top layers): the backbone's
     # layers run one by one, inserted vectors and all, in the exported graph too.
     tasks["by_label_tokens_top_layer"] = {**tasks["by_label_tokens"], "label_token_layers": 1}
+    # One-way attention: the text does not attend to the label tokens (a mask edited in the graph).
+    tasks["by_label_tokens_one_way"] = {
+        **tasks["by_label_tokens"],
+        "label_token_layers": 1,
+        "label_token_attention": "one_way",
+    }
     # Multi-sample dropout exports as the single evaluation pass (classifier_dropout_samples only acts in training).
     tasks["by_mean"] |= {"classifier_dropout": 0.1, "classifier_dropout_samples": 3}
     model = tiny_multitask_model(tasks=tasks)

@@ -36,6 +36,7 @@ from pooled_models.train.arguments import (
 from pooled_models.train.errors import UsageError
 from pooled_models.train.learning_rates import layerwise_learning_rates
 from pooled_models.train.linear_probe import probe_steps
+from pooled_models.train.pooling_search import check_pooling_search
 from pooled_models.train.task_specs import task_specs
 from pooled_models.train.trainer import PooledTrainer, check_training_options, head_parameters
 from pooled_models.train.weight_average import EMA_FILE, WeightAverage
@@ -171,6 +172,91 @@ def test_layerwise_rates_follow_the_formula_for_deeper_backbones():
         assert rates[id(layer.weight)] == pytest.approx(0.8 ** (5 - number))
     assert rates[id(backbone.embeddings.weight)] == pytest.approx(0.8**6)
     assert rates[id(backbone.final_norm.weight)] == 1.0
+
+
+# ----------------------------------------------------------------------------------------------------
+# The label-token embeddings' own learning rate and weight decay
+# ----------------------------------------------------------------------------------------------------
+
+
+def optimizer_groups(model, args) -> dict[str, tuple[float, float]]:
+    """Parameter name -> (learning rate, weight decay) of its param group in the optimizer PooledTrainer builds."""
+    optimizer = PooledTrainer(model=model, args=args).create_optimizer()
+    group_of = {
+        id(parameter): (group["lr"], group["weight_decay"])
+        for group in optimizer.param_groups
+        for parameter in group["params"]
+    }
+    return {name: group_of[id(parameter)] for name, parameter in model.named_parameters()}
+
+
+LABEL_EMBEDDINGS = "classifier.pooler.label_embeddings.weight"
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        ({}, (HEAD_LEARNING_RATE, 0.01)),  # unset: the pooler's rate and the run's weight decay
+        ({"label_embedding_learning_rate": 5e-4}, (5e-4, 0.01)),
+        ({"label_embedding_weight_decay": 0.0}, (HEAD_LEARNING_RATE, 0.0)),
+        ({"label_embedding_learning_rate": 0.0, "label_embedding_weight_decay": 0.5}, (0.0, 0.5)),
+    ],
+)
+def test_the_label_embeddings_train_with_their_own_rate_and_weight_decay(tmp_path, settings, expected):
+    model = tiny_model("label_tokens", label_token_init="random")
+    groups = optimizer_groups(model, training_arguments(tmp_path, weight_decay=0.01, **settings))
+    assert groups[LABEL_EMBEDDINGS] == pytest.approx(expected)
+    # Everything else as without the settings: the rest of the head at its rate, the backbone at its own.
+    assert groups["classifier.head.weight"] == pytest.approx((HEAD_LEARNING_RATE, 0.01))
+    assert groups["backbone.encoder.layer.0.attention.self.query.weight"] == pytest.approx(
+        (LEARNING_RATE, 0.01)
+    )
+    assert groups["backbone.encoder.layer.0.attention.self.query.bias"] == pytest.approx((LEARNING_RATE, 0.0))
+
+
+def test_label_embedding_settings_name_the_pooling_they_need(tmp_path):
+    args = training_arguments(tmp_path, label_embedding_learning_rate=1e-4, label_embedding_weight_decay=0.0)
+    with pytest.raises(
+        UsageError,
+        match=r"label_embedding_learning_rate and label_embedding_weight_decay set how the label-token embeddings "
+        r"train, but this model has none \(they come with pooling='label_tokens'\)",
+    ):
+        check_training_options(tiny_model("mean"), args)
+    check_training_options(tiny_model("label_tokens", label_token_init="random"), args)
+
+
+@pytest.mark.parametrize("name", ["label_embedding_learning_rate", "label_embedding_weight_decay"])
+def test_a_negative_label_embedding_setting_is_refused(name):
+    with pytest.raises(UsageError, match=rf"{name} must be a number >= 0 \(or unset\), got -0.1"):
+        parse_arguments(["--output_dir", "out", f"--{name}", "-0.1"])
+
+
+def test_pooling_auto_refuses_label_embedding_settings(tmp_path):
+    flags = ["--output_dir", str(tmp_path), "--pooling", "auto", "--do_train", "--do_eval"]
+    arguments = parse_arguments([*flags, "--label_embedding_learning_rate", "1e-4"])
+    with pytest.raises(UsageError, match=r"--pooling auto does not choose among label tokens"):
+        check_pooling_search(*arguments[:3])
+
+
+def test_the_label_embedding_rate_runs_through_train_py_and_the_card_says_so(
+    tiny_backbone_path, tmp_path, one_torch_thread
+):
+    seen = {}
+
+    class RecordRates(TrainerCallback):
+        def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+            seen["rates"] = sorted({group["initial_lr"] for group in optimizer.param_groups})
+
+    data = write_rows(tmp_path / "train.csv", topic_rows(16))
+    result = train(
+        tiny_backbone_path,
+        tmp_path / "out",
+        *["--train_file", str(data), "--do_train", "--num_train_epochs", "1", "--pooling", "label_tokens"],
+        *["--head_learning_rate", "1e-2", "--label_embedding_learning_rate", "1e-4"],
+        callbacks=[RecordRates()],
+    )
+    assert seen["rates"] == pytest.approx([1e-4, 1e-3, 1e-2])  # label embeddings, backbone (FAST's), head
+    assert "| learning rate (label embeddings) | 0.0001 |" in (result.output_dir / "README.md").read_text()
 
 
 # ----------------------------------------------------------------------------------------------------

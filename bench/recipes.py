@@ -151,6 +151,14 @@ CANDIDATES: dict[str, list[str]] = {
     ],
     "label_tokens_embedding_decay_0": ["--pooling", "label_tokens", "--label_embedding_weight_decay", "0"],
     "label_tokens_one_way": ["--pooling", "label_tokens", "--label_token_attention", "one_way"],
+    "label_tokens_one_way_random_init": [
+        "--pooling",
+        "label_tokens",
+        "--label_token_attention",
+        "one_way",
+        "--label_token_init",
+        "random",
+    ],
 }
 
 # The metrics each dataset reports (on the test split), the first being the one the chart sorts by.

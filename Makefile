@@ -17,8 +17,9 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+# --durations: the slowest tests, printed at the end, to keep the suite within its 15 minutes.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 # The inner loop: everything but the tests marked slow (subprocesses, several processes, the wheel, whole sweeps).
 test-fast: install

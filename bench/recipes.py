@@ -95,6 +95,11 @@ RECIPE_HEAD_LEARNING_RATE = 2e-3
 # and the default went from 1e-3 to 5e-3. The arms measured before that pin --head_learning_rate 1e-3, so that each
 # arm keeps meaning what it ran; the others are relative to the current defaults.
 BEFORE = ["--head_learning_rate", "1e-3"]  # train.py's head learning rate before bench/recipes.py measured it
+LABEL_TOKENS = ["--pooling", "label_tokens"]
+TWO_WAY = [
+    "--label_token_attention",
+    "two_way",
+]  # train.py's label-token attention before bench/recipes.py measured it
 
 CANDIDATES: dict[str, list[str]] = {
     # The head learning rate (the pooler and head start from random weights): train.py's earlier default, the
@@ -134,30 +139,28 @@ CANDIDATES: dict[str, list[str]] = {
     # 1/16 of the run (the default budget) or a quarter of it (1 epoch each: the search costs as much as the run)
     "pooling_auto": ["--pooling", "auto"],
     "pooling_auto_0.25": ["--pooling", "auto", "--auto_pooling_budget", "0.25"],
-    # Label tokens (issue 16, part 3: why they trail mean pooling on fortunes): train.py's default (the top 2
-    # layers), full insertion, and one change each to the scorer, the initialisation and the position.
-    "label_tokens": ["--pooling", "label_tokens"],
-    "label_tokens_all": ["--pooling", "label_tokens", "--label_token_layers", "all"],
-    "label_tokens_shared": ["--pooling", "label_tokens", "--label_token_scorer", "shared"],
-    "label_tokens_random_init": ["--pooling", "label_tokens", "--label_token_init", "random"],
-    "label_tokens_after_text": ["--pooling", "label_tokens", "--label_token_position", "-1"],
-    # ... the label embeddings' own learning rate (a tenth of the head's) and weight decay (none), and one-way
-    # attention (the text does not attend to the label tokens)
-    "label_tokens_embedding_lr_5e-4": [
-        "--pooling",
-        "label_tokens",
+    # Label tokens (issue 16, part 3: why they trail mean pooling on fortunes): train.py's defaults (the top 2
+    # layers, one-way attention), two-way attention (its default before these runs: the arms measured then pin it,
+    # "@two_way"), full insertion, and one change each to the scorer, the initialisation, the position and the label
+    # embeddings' own learning rate (a tenth of the head's) and weight decay (none).
+    "label_tokens": [*LABEL_TOKENS],
+    "label_tokens_two_way": [*LABEL_TOKENS, *TWO_WAY],
+    "label_tokens_all": [*LABEL_TOKENS, "--label_token_layers", "all"],
+    "label_tokens_random_init": [*LABEL_TOKENS, "--label_token_init", "random"],
+    "label_tokens_after_text": [*LABEL_TOKENS, "--label_token_position", "-1"],
+    "label_tokens_shared@two_way": [*LABEL_TOKENS, *TWO_WAY, "--label_token_scorer", "shared"],
+    "label_tokens_random_init@two_way": [*LABEL_TOKENS, *TWO_WAY, "--label_token_init", "random"],
+    "label_tokens_embedding_lr_5e-4@two_way": [
+        *LABEL_TOKENS,
+        *TWO_WAY,
         "--label_embedding_learning_rate",
         "5e-4",
     ],
-    "label_tokens_embedding_decay_0": ["--pooling", "label_tokens", "--label_embedding_weight_decay", "0"],
-    "label_tokens_one_way": ["--pooling", "label_tokens", "--label_token_attention", "one_way"],
-    "label_tokens_one_way_random_init": [
-        "--pooling",
-        "label_tokens",
-        "--label_token_attention",
-        "one_way",
-        "--label_token_init",
-        "random",
+    "label_tokens_embedding_decay_0@two_way": [
+        *LABEL_TOKENS,
+        *TWO_WAY,
+        "--label_embedding_weight_decay",
+        "0",
     ],
 }
 

@@ -63,6 +63,8 @@ CLI_MODEL_HELP = {
     "README, Defaults), left unset otherwise.",
     "label_token_layers": "train.py's default: 2 where the backbone supports it (measured against 'all' on both "
     "benchmarks; README, Defaults), 'all' elsewhere.",
+    "label_token_attention": "train.py's default: 'one_way' where the backbone supports it (measured against "
+    "'two_way' on both benchmarks; README, Defaults), 'two_way' elsewhere.",
     "pooling": "train.py also takes 'auto': before the run, each of --auto_poolings trains briefly "
     "(--auto_pooling_budget of the run each, same seed) and the best on the validation split is the run's pooling.",
 }

@@ -12,7 +12,7 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 from ..modeling.backbone import position_offset
 from ..modeling.configuration_multitask import PooledMultiTaskConfig
 from ..modeling.configuration_pooled import PooledConfig
-from ..modeling.label_token_layers import ALL_LAYERS, LAYER_STACKS, supports_top_layers
+from ..modeling.label_token_layers import ALL_LAYERS, LAYER_STACKS, ONE_WAY, TWO_WAY, supports_top_layers
 from ..modeling.modeling_multitask import MULTITASK_AUTO_MAP
 from ..modeling.modeling_pooled import AUTO_MAP, PooledForSequenceClassification, PooledPreTrainedModel
 from ..modeling.problem_types import MULTI_LABEL
@@ -29,7 +29,8 @@ __all__ = [
     "resolve_pos_weight",
     "resolve_multi_label_loss",
     "LABEL_TOKEN_LAYERS_DEFAULT",
-    "default_label_token_layers",
+    "LABEL_TOKEN_ATTENTION_DEFAULT",
+    "default_label_token_settings",
     "build_model",
     "load_tokenizer",
     "backbone_of",
@@ -172,34 +173,52 @@ def resolve_multi_label_loss(model_args, labels: Labels, saved_config: PooledCon
 # the top 2 layers beat full insertion by 0.074 macro-F1 on fortunes and 0.021 micro-F1 on debtags in 0.65x its
 # training time; full insertion stays PooledConfig's default (what checkpoints without the setting were trained with).
 LABEL_TOKEN_LAYERS_DEFAULT = 2
+# How text and label tokens attend when a run does not say (bench/recipes.py, 3 seeds; README, "Label tokens against
+# mean pooling"): one-way, where the backbone runs it; PooledConfig keeps "two_way", what older checkpoints ran.
+LABEL_TOKEN_ATTENTION_DEFAULT = ONE_WAY
+# The label-token settings train.py fills in when a new label-token model leaves them out, on the backbones that run
+# the label tokens' layers one by one.
+LABEL_TOKEN_DEFAULTS = ("label_token_layers", "label_token_attention")
 
 
-def leaves_label_token_layers_unset(settings: dict) -> bool:
-    return settings.get("pooling") == "label_tokens" and "label_token_layers" not in settings
+def leaves_label_token_defaults_unset(settings: dict) -> bool:
+    return settings.get("pooling") == "label_tokens" and any(
+        name not in settings for name in LABEL_TOKEN_DEFAULTS
+    )
 
 
-def default_label_token_layers(settings: dict, backbone_config: PreTrainedConfig) -> None:
-    """Fill train.py's ``label_token_layers`` into a new label-token model's ``settings`` the user left it out of:
-    the top LABEL_TOKEN_LAYERS_DEFAULT layers where the backbone can run them (full insertion elsewhere)."""
-    if not leaves_label_token_layers_unset(settings):
+def default_label_token_settings(settings: dict, backbone_config: PreTrainedConfig) -> None:
+    """Fill train.py's label-token defaults into a new label-token model's ``settings`` the user left out: the top
+    LABEL_TOKEN_LAYERS_DEFAULT layers and LABEL_TOKEN_ATTENTION_DEFAULT attention, where the backbone can run them
+    (PooledConfig's full insertion and two-way attention elsewhere)."""
+    if not leaves_label_token_defaults_unset(settings):
         return
     if not supports_top_layers(backbone_config):
         logger.info(
-            "Label tokens in every layer: a %s backbone runs them no other way (train.py's default of the top %d "
-            "layers needs one of model type %s).",
+            "Label tokens in every layer, with two-way attention: a %s backbone runs them no other way (train.py's "
+            "defaults, the top %d layers and %s attention, need one of model type %s).",
             getattr(backbone_config, "model_type", None),
             LABEL_TOKEN_LAYERS_DEFAULT,
+            LABEL_TOKEN_ATTENTION_DEFAULT,
             ", ".join(sorted(LAYER_STACKS)),
         )
         return
-    layers = min(LABEL_TOKEN_LAYERS_DEFAULT, backbone_config.num_hidden_layers)
-    settings["label_token_layers"] = layers
-    logger.info(
-        "Label tokens join the backbone's top %d layers (train.py's default; --label_token_layers %s puts them in "
-        "every layer).",
-        layers,
-        ALL_LAYERS,
-    )
+    if "label_token_layers" not in settings:
+        layers = min(LABEL_TOKEN_LAYERS_DEFAULT, backbone_config.num_hidden_layers)
+        settings["label_token_layers"] = layers
+        logger.info(
+            "Label tokens join the backbone's top %d layers (train.py's default; --label_token_layers %s puts them "
+            "in every layer).",
+            layers,
+            ALL_LAYERS,
+        )
+    if "label_token_attention" not in settings:
+        settings["label_token_attention"] = LABEL_TOKEN_ATTENTION_DEFAULT
+        logger.info(
+            "Label tokens attend to the text, the text not to them (train.py's default; --label_token_attention "
+            "%s lets the text attend to them too).",
+            TWO_WAY,
+        )
 
 
 def build_model(
@@ -230,7 +249,7 @@ def build_model(
         for key, value in (("revision", model_args.model_revision), ("cache_dir", model_args.cache_dir))
         if value
     }
-    if leaves_label_token_layers_unset(settings):
+    if leaves_label_token_defaults_unset(settings):
         try:
             backbone_config = AutoConfig.from_pretrained(
                 model_args.model_name_or_path, trust_remote_code=False, **backbone_kwargs
@@ -239,7 +258,7 @@ def build_model(
             raise UsageError(
                 f"Cannot load the backbone {model_args.model_name_or_path!r}: {error}"
             ) from error
-        default_label_token_layers(settings, backbone_config)
+        default_label_token_settings(settings, backbone_config)
     try:
         model = PooledForSequenceClassification.from_backbone(
             model_args.model_name_or_path,

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoConfig
+
 from ..modeling.configuration_multitask import SEQUENCE, TOKEN, PooledMultiTaskConfig
 from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.modeling_multitask import PooledForMultiTask
@@ -26,7 +28,14 @@ from .data import Split, prepare_splits, tokenize
 from .errors import DataError, UsageError
 from .label_space import Labels
 from .metrics import logits_of, probabilities
-from .model_setup import MULTI_LABEL_DEFAULT_LOSS, choose_max_length, load_tokenizer, saved_model_config
+from .model_setup import (
+    MULTI_LABEL_DEFAULT_LOSS,
+    choose_max_length,
+    default_label_token_settings,
+    leaves_label_token_defaults_unset,
+    load_tokenizer,
+    saved_model_config,
+)
 from .multitask_data import MultiTaskCollator, MultiTaskRows, TaskRows
 from .multitask_trainer import MEAN_SCORE, MultiTaskTrainer, main_metric
 from .outputs import write_results
@@ -258,9 +267,15 @@ def _build_model(
             )
         else:
             backbone_kwargs = {key: value for key, value in hub.items() if value}
+            settings = {name: _task_settings(task) for name, task in tasks.items()}
+            if any(leaves_label_token_defaults_unset(task) for task in settings.values()):
+                # train.py's label-token defaults, as a single-task run gets them (they depend on the backbone)
+                backbone_config = AutoConfig.from_pretrained(path, trust_remote_code=False, **backbone_kwargs)
+                for task in settings.values():
+                    default_label_token_settings(task, backbone_config)
             model = PooledForMultiTask.from_backbone(
                 path,
-                tasks={name: _task_settings(task) for name, task in tasks.items()},
+                tasks=settings,
                 backbone_kwargs=backbone_kwargs,
                 tokenizer=tokenizer,
             )

@@ -188,6 +188,7 @@ def multitask_run(tiny_backbone_path, tmp_path_factory, one_torch_thread):
         tmp_path,
         places={"head_learning_rate": 0.02, "loss_weight": 2.0},
         length={"freeze_head": True},
+        tags={"pooling": "label_tokens"},  # a label-token head gets train.py's label-token defaults
     )
     config.update(
         load_best_model_at_end=True, metric_for_best_model="topic_f1_macro", example_texts=["we met in Rome"]
@@ -237,6 +238,9 @@ def test_the_published_multitask_model_holds_every_head_and_the_tuned_threshold(
     assert set(model.config.tasks) == {"topic", "tags", "length", "places"}
     assert model.config.tasks["tags"]["problem_type"] == "multi_label_classification"
     assert model.config.tasks["tags"]["multi_label_loss"] == "asymmetric"  # train.py's multi-label default
+    # train.py's label-token defaults, as a single-task run has them: the top 2 layers, one-way attention
+    assert model.config.tasks["tags"]["label_token_layers"] == 2
+    assert model.config.tasks["tags"]["label_token_attention"] == "one_way"
     assert isinstance(model.config.tasks["tags"]["decision_threshold"], float)  # tuned on validation
     assert model.config.tasks["length"]["problem_type"] == "regression"
     for name in ("topic", "tags", "length", "places"):

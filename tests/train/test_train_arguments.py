@@ -18,7 +18,7 @@ from pooled_models.train.arguments import (
     pooled_config_fields,
     pooled_config_kwargs,
 )
-from pooled_models.train.model_setup import default_label_token_layers
+from pooled_models.train.model_setup import default_label_token_settings
 
 SETTINGS = {
     "model_name_or_path": "some/backbone",
@@ -270,11 +270,43 @@ def test_train_py_puts_label_tokens_in_the_top_two_layers_where_the_backbone_can
     flags = ["--pooling", "label_tokens", "--output_dir", "out"]
     flags += ["--label_token_layers", str(given)] if given is not None else []
     settings = pooled_config_kwargs(parse_arguments(flags)[0])
-    default_label_token_layers(settings, backbone_config)
+    default_label_token_settings(settings, backbone_config)
     assert settings.get("label_token_layers") == expected
+
+
+@pytest.mark.parametrize(
+    "backbone_config, flags, expected",
+    [
+        (
+            BertConfig(num_hidden_layers=6),
+            [],
+            "one_way",
+        ),  # train.py's default where the layers run one by one
+        (
+            BertConfig(num_hidden_layers=6),
+            ["--label_token_layers", "all"],
+            "one_way",
+        ),  # every layer, still one-way
+        (
+            BertConfig(num_hidden_layers=6),
+            ["--label_token_attention", "two_way"],
+            "two_way",
+        ),  # the user's wins
+        (GPT2Config(n_layer=6), [], None),  # a decoder: left unset (PooledConfig's two-way)
+        (BertConfig(num_hidden_layers=6, is_decoder=True), [], None),
+    ],
+)
+def test_train_py_makes_label_token_attention_one_way_where_the_backbone_can(
+    backbone_config, flags, expected
+):
+    settings = pooled_config_kwargs(
+        parse_arguments(["--pooling", "label_tokens", "--output_dir", "out", *flags])[0]
+    )
+    default_label_token_settings(settings, backbone_config)
+    assert settings.get("label_token_attention") == expected
 
 
 def test_the_label_token_layers_default_leaves_other_poolings_alone():
     settings = pooled_config_kwargs(parse_arguments(["--pooling", "mean", "--output_dir", "out"])[0])
-    default_label_token_layers(settings, BertConfig(num_hidden_layers=6))
-    assert "label_token_layers" not in settings
+    default_label_token_settings(settings, BertConfig(num_hidden_layers=6))
+    assert "label_token_layers" not in settings and "label_token_attention" not in settings

@@ -545,9 +545,10 @@ def test_label_token_pooling_starts_from_the_label_names_and_leaves_room_for_the
     )
     config = json.loads((result.output_dir / "config.json").read_text())
     assert config["pooling"] == "label_tokens" and config["label_token_init"] == "label_text"
-    # train.py's default: the top 2 layers (here all of this 2-layer BERT's), said in the log
-    assert config["label_token_layers"] == 2
+    # train.py's defaults: the top 2 layers (here all of this 2-layer BERT's) and one-way attention, said in the log
+    assert config["label_token_layers"] == 2 and config["label_token_attention"] == "one_way"
     assert "Label tokens join the backbone's top 2 layers (train.py's default" in caplog.text
+    assert "Label tokens attend to the text, the text not to them (train.py's default" in caplog.text
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)

@@ -149,6 +149,20 @@ def repad(batch, row: int, width: int, side: str):
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def assert_padding_and_batching_invariant(model, lengths=(5, 9, 2), seed: int = 7, width: int = 12):
+    """The first text's logits are the same alone, in a batch of texts of ``lengths``, and padded to ``width`` on
+    either side."""
+    import torch
+
+    batch = random_batch(list(lengths), seed=seed)
+    with torch.no_grad():
+        alone = model(**repad(batch, 0, lengths[0], "right")).logits[0]
+        torch.testing.assert_close(model(**batch).logits[0], alone, atol=1e-5, rtol=1e-5, msg="batching")
+        for side in ("right", "left"):
+            padded = model(**repad(batch, 0, width, side)).logits[0]
+            torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5, msg=f"{side} padding")
+
+
 # A multi-task model with one head of every kind and problem type.
 ENTITY_LABELS = {0: "O", 1: "B-ORDER", 2: "I-ORDER", 3: "B-PRODUCT", 4: "I-PRODUCT"}
 MULTITASK_TASKS = {

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import TINY_BACKBONES, random_batch, repad, tiny_model
+from helpers import TINY_BACKBONES, assert_padding_and_batching_invariant, random_batch, tiny_model
 
 from pooled_models import PooledForSequenceClassification
 
@@ -31,13 +31,7 @@ def test_backbone_trains_saves_and_reloads(backbone, pooling, tmp_path):
 
 @pytest.mark.parametrize("backbone, pooling", CASES)
 def test_backbone_padding_and_batching_invariance(backbone, pooling):
-    model = tiny_model(pooling, backbone=backbone)
-    batch = random_batch([5, 8, 3], seed=2)
-    alone = model(**repad(batch, 0, 5, "right")).logits[0]
-    torch.testing.assert_close(model(**batch).logits[0], alone, atol=1e-5, rtol=1e-5, msg="batching")
-    for side in ("right", "left"):
-        padded = model(**repad(batch, 0, 11, side)).logits[0]
-        torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5, msg=f"{side} padding")
+    assert_padding_and_batching_invariant(tiny_model(pooling, backbone=backbone), (5, 8, 3), seed=2, width=11)
 
 
 def test_token_type_ids_are_dropped_for_backbones_without_segments():

@@ -5,7 +5,7 @@ alone, whatever the labels, and each label's token still reads the text."""
 
 import pytest
 import torch
-from helpers import random_batch, repad
+from helpers import assert_padding_and_batching_invariant, random_batch
 from test_late_label_tokens import late_model
 
 from pooled_models import PooledConfig, PooledForSequenceClassification
@@ -63,14 +63,9 @@ def test_the_labels_read_the_text_and_differ_from_two_way_below_the_top_layer():
 @pytest.mark.parametrize("family", ["bert", "esm"])
 @pytest.mark.parametrize("position", [1, -1])
 def test_padding_and_batching_invariance(family, position):
-    model = one_way_model(family, label_tokens_per_pass=2, label_token_position=position)
-    batch = random_batch([5, 9, 2], seed=7)
-    with torch.no_grad():
-        alone = model(**repad(batch, 0, 5, "right")).logits[0]
-        torch.testing.assert_close(model(**batch).logits[0], alone, atol=1e-5, rtol=1e-5, msg="batching")
-        for side in ("right", "left"):
-            padded = model(**repad(batch, 0, 12, side)).logits[0]
-            torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5, msg=f"{side} padding")
+    assert_padding_and_batching_invariant(
+        one_way_model(family, label_tokens_per_pass=2, label_token_position=position)
+    )
 
 
 def test_eager_and_sdpa_agree_and_a_text_without_tokens_stays_finite():

@@ -4,7 +4,15 @@ import json
 
 import pytest
 import torch
-from helpers import VOCAB_SIZE, random_batch, repad, run_without_package, tiny_backbone_config, tiny_model
+from helpers import (
+    VOCAB_SIZE,
+    assert_padding_and_batching_invariant,
+    random_batch,
+    repad,
+    run_without_package,
+    tiny_backbone_config,
+    tiny_model,
+)
 from transformers import AutoModel, BertModel, pipeline
 
 from pooled_models import PooledConfig, PooledForSequenceClassification, PooledModel
@@ -44,13 +52,7 @@ def test_shapes_losses_gradients_and_reload(backbone, tmp_path):
 
 @pytest.mark.parametrize("backbone", ENCODERS + DECODERS)
 def test_padding_and_batching_invariance(backbone):
-    model = label_model(backbone)
-    batch = random_batch([5, 9, 2], seed=7)
-    alone = model(**repad(batch, 0, 5, "right")).logits[0]
-    torch.testing.assert_close(model(**batch).logits[0], alone, atol=1e-5, rtol=1e-5, msg="batching")
-    for side in ("right", "left"):
-        padded = model(**repad(batch, 0, 12, side)).logits[0]
-        torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5, msg=f"{side} padding")
+    assert_padding_and_batching_invariant(label_model(backbone))
 
 
 def test_batch_size_one_and_one_label_multi_label():

@@ -9,7 +9,13 @@ import json
 import pytest
 import torch
 import transformers
-from helpers import random_batch, repad, run_without_package, tiny_backbone_config
+from helpers import (
+    assert_padding_and_batching_invariant,
+    random_batch,
+    repad,
+    run_without_package,
+    tiny_backbone_config,
+)
 
 from pooled_models import PooledConfig, PooledForSequenceClassification
 from pooled_models.modeling.label_token_layers import LAYER_STACKS
@@ -167,13 +173,9 @@ def test_the_real_minilm_is_a_bert_the_option_runs(minilm_path, minilm_tokenizer
 @pytest.mark.parametrize("family", ["bert", "roberta", "esm", "distilbert"])
 @pytest.mark.parametrize("position", [1, -1])
 def test_padding_and_batching_invariance(family, position):
-    model = late_model(family, layers=1, label_tokens_per_pass=2, label_token_position=position)
-    batch = random_batch([5, 9, 2], seed=7)
-    alone = model(**repad(batch, 0, 5, "right")).logits[0]
-    torch.testing.assert_close(model(**batch).logits[0], alone, atol=1e-5, rtol=1e-5, msg="batching")
-    for side in ("right", "left"):
-        padded = model(**repad(batch, 0, 12, side)).logits[0]
-        torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5, msg=f"{side} padding")
+    assert_padding_and_batching_invariant(
+        late_model(family, layers=1, label_tokens_per_pass=2, label_token_position=position)
+    )
 
 
 @pytest.mark.parametrize("family", ["bert", "esm"])

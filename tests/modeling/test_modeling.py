@@ -2,7 +2,13 @@
 
 import pytest
 import torch
-from helpers import HIDDEN_STATE_POOLERS, random_batch, repad, tiny_model
+from helpers import (
+    HIDDEN_STATE_POOLERS,
+    assert_padding_and_batching_invariant,
+    random_batch,
+    repad,
+    tiny_model,
+)
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from pooled_models import POOLERS, PooledForSequenceClassification, PooledModel
@@ -46,14 +52,7 @@ def test_save_and_load_give_identical_logits(pooling, tmp_path):
 
 @pytest.mark.parametrize("pooling", HIDDEN_STATE_POOLERS)
 def test_right_left_padding_and_batching_leave_logits_unchanged(pooling):
-    model = tiny_model(pooling)
-    batch = random_batch([5, 9, 2], seed=3)
-    batched = model(**batch).logits[0]
-    alone = model(**repad(batch, 0, 5, "right")).logits[0]
-    for side in ("right", "left"):
-        padded = model(**repad(batch, 0, 12, side)).logits[0]
-        torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5, msg=f"{side} padding")
-    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5, msg="batching")
+    assert_padding_and_batching_invariant(tiny_model(pooling), seed=3)
 
 
 def test_left_padding_needs_mask_derived_positions():

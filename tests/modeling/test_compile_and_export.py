@@ -102,7 +102,9 @@ def test_a_multitask_model_compiles_fullgraph_for_one_task_and_for_every_head():
     torch.testing.assert_close(one.loss, reference.loss)
 
 
-@pytest.mark.parametrize("pooling", FAST)
+# One pooling is enough for the single-model export path: every pooling, label tokens in three variants included, is
+# exported and verified the same way by the multi-task export below (one export instead of one per pooling).
+@pytest.mark.parametrize("pooling", ["mean"])
 def test_onnx_export_with_dynamic_axes_matches_pytorch_on_other_shapes(pooling, tmp_path):
     model = model_for(pooling)
     # export_onnx runs the file with onnxruntime on the sample and on batches of other shapes (3 x 23 and 1 x 7)

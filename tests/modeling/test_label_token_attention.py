@@ -135,3 +135,14 @@ def test_an_attention_without_a_mask_tensor_is_refused_by_name():
         text_not_attending_labels(
             None, torch.ones(1, 3, dtype=torch.bool), torch.zeros(1, 3, dtype=torch.bool), model.backbone
         )
+
+
+def test_a_loading_override_applies_and_an_edit_of_a_built_model_is_refused(tmp_path):
+    late_model("bert", layers=2, num_labels=NUM_LABELS).save_pretrained(tmp_path)  # two-way
+    loaded = PooledForSequenceClassification.from_pretrained(tmp_path, label_token_attention="one_way")
+    assert loaded.classifier.pooler.one_way
+    loaded.config.label_token_attention = (
+        "two_way"  # the built pooler cannot follow: refused at the next forward
+    )
+    with pytest.raises(ValueError, match=r"label_token_attention='two_way' \(built with 'one_way'\)"):
+        loaded(**random_batch([4]))

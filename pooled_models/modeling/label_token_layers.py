@@ -163,18 +163,24 @@ def supports_top_layers(backbone_config) -> bool:
     )
 
 
-def layer_stack(backbone: nn.Module, top_layers: int) -> LayerStack:
-    """The :class:`LayerStack` of ``backbone``; a ``ValueError`` naming the choices when it has none."""
+def layer_stack(
+    backbone: nn.Module, top_layers: int, needed_by: str | None = None, valid_choice: str | None = None
+) -> LayerStack:
+    """The :class:`LayerStack` of ``backbone``; a ``ValueError`` naming the choices when it has none. ``needed_by``
+    and ``valid_choice``: the setting that needs the stack and the one to choose instead, as the refusal names them
+    (by default label_token_layers=k, and full insertion)."""
     config = backbone.config
     is_decoder = getattr(config, "is_decoder", False)
     stack = LAYER_STACKS[config.model_type](backbone) if supports_top_layers(config) else None
     # A backbone of a known type built otherwise (without the modules its family's forward reads) is refused too.
     if not isinstance(getattr(stack, "layers", None), nn.ModuleList):
+        needed_by = needed_by or f"label_token_layers={top_layers!r}"
+        valid_choice = valid_choice or f"label_token_layers={ALL_LAYERS!r} (label tokens in every layer)"
         raise ValueError(
-            f"label_token_layers={top_layers!r} runs the backbone's layers one by one, which pooled_models does for "
-            f"encoders of model type {', '.join(sorted(LAYER_STACKS))}; {type(backbone).__name__} (model type "
+            f"{needed_by} runs the backbone's layers one by one, which pooled_models does for encoders of model type "
+            f"{', '.join(sorted(LAYER_STACKS))}; {type(backbone).__name__} (model type "
             f"{getattr(config, 'model_type', None)!r}{', as a decoder' if is_decoder else ''}) is not one of them. "
-            f"Valid choice for this backbone: label_token_layers={ALL_LAYERS!r} (label tokens in every layer)."
+            f"Valid choice for this backbone: {valid_choice}."
         )
     if not 1 <= top_layers <= len(stack.layers):
         raise ValueError(

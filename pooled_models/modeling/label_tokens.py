@@ -343,22 +343,15 @@ class LabelTokenPooler(Pooler):
                 f"label_tokens_per_pass={self.per_pass} leaves {position_budget - self.per_pass} of the backbone's "
                 f"{position_budget} positions for the text; lower label_tokens_per_pass."
             )
-        if self.one_way:
-            self._check_one_way(backbone)
+        if self.one_way:  # its mask is made where the layers run one by one
+            layer_stack(
+                backbone,
+                self.top_layers,
+                needed_by=f"label_token_attention={ONE_WAY!r}",
+                valid_choice=f"label_token_attention={TWO_WAY!r}",
+            )
         elif self.top_layers is not None:
             layer_stack(backbone, self.top_layers)  # refuses a backbone whose layers it cannot run one by one
-
-    def _check_one_way(self, backbone: nn.Module) -> None:
-        try:
-            if self.top_layers is None:  # a backbone config without num_hidden_layers
-                raise ValueError("its config does not give num_hidden_layers.")
-            layer_stack(backbone, self.top_layers)
-        except ValueError as error:
-            reason = str(error).split(" Valid choice")[0]  # layer_stack's reason, without its suggestion
-            raise ValueError(
-                f"label_token_attention={ONE_WAY!r} runs the backbone's layers one by one and cannot here: "
-                f"{reason} Valid choice for this backbone: label_token_attention={TWO_WAY!r}."
-            ) from None
 
     # -- forward -------------------------------------------------------------------------------------
 

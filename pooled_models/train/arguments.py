@@ -108,6 +108,11 @@ TRAIN_BATCH_SIZE = 16
 LABEL_EMBEDDING_OPTIONS = ("label_embedding_learning_rate", "label_embedding_weight_decay")
 
 
+def given_label_embedding_options(training_args) -> list[str]:
+    """The label-embedding settings a run gives (LABEL_EMBEDDING_OPTIONS that are set)."""
+    return [name for name in LABEL_EMBEDDING_OPTIONS if getattr(training_args, name, None) is not None]
+
+
 # ----------------------------------------------------------------------------------------------------
 # Model arguments, derived from PooledConfig
 # ----------------------------------------------------------------------------------------------------

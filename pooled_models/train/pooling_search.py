@@ -42,7 +42,7 @@ from .arguments import (
     AUTO_POOLING,
     AUTO_POOLING_BUDGET,
     AUTO_POOLING_CANDIDATES,
-    LABEL_EMBEDDING_OPTIONS,
+    given_label_embedding_options,
     pooled_config_kwargs,
 )
 from .data import Split
@@ -180,9 +180,7 @@ def check_pooling_search(model_args, data_args, training_args) -> None:
             f"--pooling {AUTO_POOLING} chooses by the score on the validation split: give validation data "
             "(--validation_file, or a dataset with a validation split) and --do_eval."
         )
-    label_settings = [
-        name for name in LABEL_EMBEDDING_OPTIONS if getattr(training_args, name, None) is not None
-    ]
+    label_settings = given_label_embedding_options(training_args)
     if label_settings:
         raise UsageError(
             f"{' and '.join(label_settings)} set how label-token embeddings train, and --pooling {AUTO_POOLING} "

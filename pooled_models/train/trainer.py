@@ -11,7 +11,7 @@ from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 
 from ..modeling.label_tokens import LabelEmbeddings
 from ..modeling.modeling_pooled import PooledPreTrainedModel
-from .arguments import LABEL_EMBEDDING_OPTIONS
+from .arguments import given_label_embedding_options
 from .batching import (
     LengthGroupedRowSampler,
     LengthSortedSampler,
@@ -66,7 +66,7 @@ def label_embedding_parameters(model) -> set[int]:
 
 def check_label_embedding_options(model, training_args) -> None:
     """A UsageError when a label-embedding setting is given to a model without label-token embeddings."""
-    given = [name for name in LABEL_EMBEDDING_OPTIONS if getattr(training_args, name, None) is not None]
+    given = given_label_embedding_options(training_args)
     if given and not label_embedding_parameters(model):
         raise UsageError(
             f"{' and '.join(given)} set how the label-token embeddings train, but this model has none (they come "
@@ -197,17 +197,14 @@ class PooledTrainer(Trainer):
         rates.update(self.head_learning_rates(model))
         label_rate = getattr(self.args, "label_embedding_learning_rate", None)
         if label_rate is not None:
-            rates.update(dict.fromkeys(self.label_embeddings(model), label_rate))
+            rates.update(dict.fromkeys(label_embedding_parameters(model), label_rate))
         return rates
 
     def parameter_weight_decays(self, model) -> dict[int, float]:
         """id of a parameter -> its weight decay, for the decayed parameters that may not use ``args.weight_decay``:
         label-token embeddings given a weight decay of their own."""
         decay = getattr(self.args, "label_embedding_weight_decay", None)
-        return {} if decay is None else dict.fromkeys(self.label_embeddings(model), decay)
-
-    def label_embeddings(self, model) -> set[int]:
-        return label_embedding_parameters(model)
+        return {} if decay is None else dict.fromkeys(label_embedding_parameters(model), decay)
 
     def backbone_learning_rates(self, model) -> dict[int, float]:
         """The backbone's rates under ``args.layerwise_lr_decay`` (none when it is 1.0: all at ``learning_rate``)."""

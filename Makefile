@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
+.PHONY: install test test-fast lint docs bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
 
 install: $(STAMP)
 
@@ -28,6 +28,12 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The documentation site from docs/ into site/: strict, so a broken link or anchor, a missing page or a docstring
+# that does not render fails the build. Installs the [docs] extra first.
+docs: install
+	$(BIN)/pip install --quiet -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: install
 	$(BIN)/python bench/overhead.py
@@ -58,4 +64,4 @@ bench-multitask: install
 	$(BIN)/python bench/multitask.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,252 @@
+"""The examples of README.md and docs/*.md run as written, offline, and print what the pages show.
+
+The pages follow these conventions (docs/index.md, "The examples", tells readers):
+- The ```python blocks of a page run in order, in one Python session, in a fresh folder. Every page but the README
+  runs where the README's Python quickstart saved its model (``sentiment/``): one trained model serves them all.
+- A ```bash block runs only when the line before it is ``<!-- run -->``; otherwise that line says why not
+  (``<!-- not-run: why -->``) or ``<!-- needs-hub -->``. Every folder a shell block runs in holds what a clone of the
+  repository has at its root for the commands (train.py, sweep.py, configs/, data/).
+- A ``<!-- needs-hub -->`` block is skipped, and its first line tells the reader what to use offline.
+- A ```text block is what the block before it prints: each of its lines appears in the output, in order, where
+  ``~<number>`` stands for a number that varies from run to run.
+
+Run as a script (``python tests/test_docs_examples.py docs/models.md``) it prints what each block of a page printed,
+to regenerate the outputs a page shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+CHECKOUT = ["train.py", "sweep.py", "configs", "data"]  # what shell examples use from a clone's root
+SENTINEL = "@@docs-example-block@@"
+FENCE = re.compile(r"^```(\S*)\s*$")
+MARKER = re.compile(r"^<!-- (run|needs-hub|not-run: .+) -->$")
+NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
+
+
+@dataclass
+class Block:
+    page: Path
+    line: int  # the page's line of the block's first code line (1-based)
+    lang: str
+    code: str
+    marker: str | None
+    output: str | None = None  # the ```text block after it
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(REPO)}:{self.line}"
+
+    @property
+    def runs(self) -> bool:
+        return (self.lang == "python" and self.marker is None) or (
+            self.lang == "bash" and self.marker == "run"
+        )
+
+
+def blocks_of(page: Path) -> list[Block]:
+    """The page's fenced code blocks, each ```text block attached to the block before it as its output."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    blocks: list[Block] = []
+    index = 0
+    while index < len(lines):
+        opening = FENCE.match(lines[index])
+        if not opening:
+            index += 1
+            continue
+        end = next(i for i in range(index + 1, len(lines)) if lines[i].startswith("```"))
+        code = "\n".join(lines[index + 1 : end]) + "\n"
+        lang = opening.group(1)
+        before = lines[index - 1].strip() if index else ""
+        marker = MARKER.match(before)
+        if lang == "text":
+            assert blocks and blocks[-1].runs and blocks[-1].output is None, (
+                f"{page.name}:{index + 1}: a text block must follow the example whose output it shows"
+            )
+            blocks[-1].output = code
+        else:
+            blocks.append(Block(page, index + 2, lang, code, marker.group(1) if marker else None))
+        index = end + 1
+    return blocks
+
+
+def output_patterns(shown: str) -> list[re.Pattern]:
+    patterns = []
+    for line in shown.splitlines():
+        if line.strip():
+            pieces = re.split(rf"~{NUMBER}", line.strip())
+            patterns.append(re.compile(NUMBER.join(re.escape(piece) for piece in pieces)))
+    return patterns
+
+
+def check_output(block: Block, printed: str) -> None:
+    """Each shown line matches a printed line, in order (other lines, such as library logs, may come between)."""
+    printed_lines = [line.strip() for line in printed.splitlines()]
+    position = 0
+    for pattern in output_patterns(block.output):
+        while position < len(printed_lines) and not pattern.fullmatch(printed_lines[position]):
+            position += 1
+        assert position < len(printed_lines), (
+            f"{block.where}: the page shows a line matching {pattern.pattern!r} that the example did not print "
+            f"(in this order). It printed:\n{printed}"
+        )
+        position += 1
+
+
+DRIVER = f"""
+import json, subprocess, sys
+namespace = {{"__name__": "__main__"}}
+for index, block in enumerate(json.load(open(sys.argv[1]))):
+    print("\\n{SENTINEL}", index, flush=True)
+    if block["lang"] == "python":
+        # Padded with blank lines so that a traceback's line numbers are the page's.
+        exec(compile("\\n" * (block["line"] - 1) + block["code"], block["page"], "exec"), namespace)
+    else:
+        subprocess.run(["bash", "-e", "-c", block["code"]], check=True)
+    sys.stdout.flush()
+"""
+
+
+def prepare_folder(folder: Path, model_from: Path | None) -> None:
+    for name in CHECKOUT:
+        (folder / name).symlink_to(REPO / name)
+    if model_from is not None:
+        shutil.copytree(model_from / "sentiment", folder / "sentiment")
+
+
+def run_page(page: Path, folder: Path) -> list[tuple[Block, str]]:
+    """Runs the page's examples in ``folder``, offline, in one process; each runnable block with what it printed."""
+    runnable = [block for block in blocks_of(page) if block.runs]
+    spec = [
+        {"lang": block.lang, "code": block.code, "line": block.line, "page": str(block.page)}
+        for block in runnable
+    ]
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / "blocks.json").write_text(json.dumps(spec))
+        (Path(scratch) / "driver.py").write_text(DRIVER)
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONUNBUFFERED": "1",
+        }
+        result = subprocess.run(
+            [sys.executable, str(Path(scratch) / "driver.py"), str(Path(scratch) / "blocks.json")],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    assert result.returncode == 0, (
+        f"the examples of {page.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    )
+    outputs = result.stdout.split(SENTINEL)[1:]
+    assert len(outputs) == len(runnable)
+    return [(block, output.split("\n", 1)[1]) for block, output in zip(runnable, outputs, strict=True)]
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(REPO))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the pages hold: fast checks
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_example_runs_or_says_why_not(page):
+    for block in blocks_of(page):
+        assert block.lang in {"python", "bash", "yaml", ""}, (
+            f"{block.where}: unexpected block language {block.lang!r}"
+        )
+        if block.lang == "bash":
+            assert block.marker, (
+                f"{block.where}: say whether the shell block runs (<!-- run --> or <!-- not-run: ...)"
+            )
+        if block.marker == "needs-hub":
+            first = block.code.splitlines()[0]
+            assert re.match(r"# Needs the (Hugging Face )?Hub.*; offline, ", first), (
+                f"{block.where}: a block that needs the Hub says so in its first line, and what to use offline"
+            )
+        if block.lang == "python" and block.marker not in (None, "needs-hub"):
+            pytest.fail(f"{block.where}: Python examples run, or need the Hub")
+
+
+def test_the_readme_is_the_front_door():
+    assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 300
+
+
+@pytest.mark.parametrize("page", [*PAGES, REPO / "CHANGELOG.md"], ids=page_id)
+def test_no_figure_that_goes_stale_with_every_commit(page):
+    text = page.read_text(encoding="utf-8")
+    assert not re.search(r"\b\d[\d,]* tests\b", text), f"{page.name} gives the suite's size"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_repository_path_a_page_cites_exists(page):
+    text = page.read_text(encoding="utf-8")
+    cited = set(re.findall(r"`((?:tests|bench|pooled_models|configs|data|docs|model_cards)/[^`\s]*)`", text))
+    missing = [path for path in sorted(cited) if not re.search(r"[*<]", path) and not (REPO / path).exists()]
+    assert not missing, f"{page.name} cites paths that do not exist: {missing}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The examples themselves: slow, they train
+
+
+@pytest.fixture(scope="session")
+def readme_folder(tmp_path_factory):
+    """The README's examples run in a fresh folder: its Python quickstart trains ``sentiment/`` there."""
+    folder = tmp_path_factory.mktemp("readme")
+    prepare_folder(folder, model_from=None)
+    results = run_page(REPO / "README.md", folder)
+    return folder, results
+
+
+@pytest.mark.slow
+def test_the_readme_examples_run_and_print_what_it_shows(readme_folder):
+    folder, results = readme_folder
+    assert any(block.lang == "python" for block, _ in results) and any(
+        block.lang == "bash" for block, _ in results
+    )
+    for block, printed in results:
+        if block.output is not None:
+            check_output(block, printed)
+    assert (folder / "sentiment" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [page for page in PAGES if page.parent.name == "docs"], ids=page_id)
+def test_the_pages_examples_run_and_print_what_they_show(page, readme_folder, tmp_path):
+    blocks = blocks_of(page)
+    if not any(block.runs for block in blocks):
+        pytest.skip(f"{page.name} has no example to run")
+    prepare_folder(tmp_path, model_from=readme_folder[0])
+    for block, printed in run_page(page, tmp_path):
+        if block.output is not None:
+            check_output(block, printed)
+
+
+if __name__ == "__main__":
+    # Regenerates the outputs a page shows: python tests/test_docs_examples.py docs/models.md [folder with sentiment/]
+    target = Path(sys.argv[1]).resolve()
+    with tempfile.TemporaryDirectory() as work:
+        prepare_folder(Path(work), Path(sys.argv[2]).resolve() if len(sys.argv) > 2 else None)
+        for block, printed in run_page(target, Path(work)):
+            print(f"--- {block.where}\n{printed}")

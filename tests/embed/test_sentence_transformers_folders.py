@@ -320,3 +320,39 @@ def test_every_model_is_built_in_eval_mode_like_from_pretrained(model_class, set
     if model_class is PooledForMultiTask:
         first, second = first["topic"], second["topic"]
     torch.testing.assert_close(first[key], second[key], rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# pooled-embed and the sentence-transformers export follow the same defaults
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_pooled_embed_on_the_folder_gives_sentence_transformers_embeddings(minilm_path, tmp_path, capsys):
+    from pooled_models.embed.cli import main
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(text for text in TEXTS if text) + "\n")
+
+    def embed(output, *flags):
+        argv = ["--model", minilm_path, "--input", str(texts), "--output", str(tmp_path / output)]
+        return main([*argv, "--top_pairs", "0", *flags])
+
+    assert embed("e.npy") == 0
+    printed = capsys.readouterr().out
+    assert "(pooling mean) " in printed and ", normalized.\n" in printed
+    assert_same(np.load(tmp_path / "e.npy"), st_encode(minilm_path, [text for text in TEXTS if text]))
+    assert embed("raw.npy", "--no-normalize") == 0
+    assert "normalized" not in capsys.readouterr().out
+    assert not np.allclose(np.linalg.norm(np.load(tmp_path / "raw.npy"), axis=1), 1.0, atol=1e-3)
+
+
+def test_the_export_keeps_the_models_defaults(tiny_backbone_path, tmp_path):
+    from pooled_models.embed.export import export_sentence_transformers
+
+    (tmp_path / "source").mkdir()
+    folder = st_folder(tiny_backbone_path, tmp_path / "source", {"pooling_mode": "cls"}, max_seq_length=12)
+    model = PooledModel.from_backbone(folder)
+    exported = export_sentence_transformers(model, tmp_path / "exported")  # checked against encode inside
+    loaded = SentenceTransformer(str(exported), device="cpu")
+    assert loaded.max_seq_length == 12 and type(loaded[-1]).__name__ == "Normalize"
+    assert_same(st_encode(exported, TEXTS), model.encode(TEXTS))

@@ -358,7 +358,8 @@ class PooledPreTrainedModel(PreTrainedModel):
         as the defaults of ``encode`` (``embedding_max_length``, ``normalize_embeddings``), so that
         ``model.encode(texts)`` gives what ``SentenceTransformer(folder).encode(texts)`` gives; ``pooling`` and
         those two settings, given here, override the folder's. A folder whose pipeline ``encode`` cannot reproduce
-        (a ``Dense`` module, a default prompt...) is refused unless ``pooling`` is given.
+        (a ``Dense`` module, a default prompt...) is refused by ``PooledModel`` unless ``pooling`` is given (a
+        classifier warns and builds on the transformer alone).
 
         Args:
             backbone_name_or_path: Hub id or local folder of any model built into transformers, or of a
@@ -388,8 +389,15 @@ class PooledPreTrainedModel(PreTrainedModel):
             )
 
         if issubclass(cls, SentenceEncoderMixin):  # the models that encode sentences
+            # The sentence embedder refuses a folder whose embeddings it would not reproduce; a classifier (trained
+            # for its head, by train.py too, which cannot say pooling='mean' explicitly) only warns.
             backbone_name_or_path, pooling = apply_folder_defaults(
-                backbone_name_or_path, pooling, config_kwargs, hub_kwargs, load_tokenizer
+                backbone_name_or_path,
+                pooling,
+                config_kwargs,
+                hub_kwargs,
+                load_tokenizer,
+                refuse=issubclass(cls, PooledModel),
             )
         pooling = pooling or "mean"
         backbone_config = AutoConfig.from_pretrained(

@@ -138,12 +138,13 @@ def apply_folder_defaults(
     config_kwargs: dict[str, Any],
     hub_kwargs: dict[str, Any],
     load_tokenizer,
+    refuse: bool = True,
 ) -> tuple[str | os.PathLike, str]:
     """``from_backbone``'s reading of a sentence-transformers folder: returns ``(where the backbone is, pooling)`` and
     puts the folder's ``normalize_embeddings`` and ``embedding_max_length`` into ``config_kwargs`` unless they are
     there already. An explicit ``pooling`` (and each explicit setting) wins over the folder's; without one, a
-    pipeline that ``encode`` would not reproduce is refused, by name. Not a sentence-transformers folder: the path as
-    given and ``pooling`` (mean when None)."""
+    pipeline that ``encode`` would not reproduce is refused, by name (only warned about when not ``refuse``). Not a
+    sentence-transformers folder: the path as given and ``pooling`` (mean when None)."""
     settings = read_sentence_transformers_folder(name_or_path, **hub_kwargs)
     if settings is None:
         return name_or_path, pooling or "mean"
@@ -160,7 +161,7 @@ def apply_folder_defaults(
         )
     if settings.not_reproduced:
         reasons = "; ".join(settings.not_reproduced)
-        if pooling is None:
+        if pooling is None and refuse:
             raise ValueError(
                 f"{name_or_path} is a sentence-transformers folder whose embeddings encode cannot reproduce: {reasons}. "
                 "Give the pooling by hand (from_backbone(folder, pooling='mean'), say) to build a pooled model on "
@@ -169,7 +170,7 @@ def apply_folder_defaults(
         logger.warning(
             "%s is a sentence-transformers folder; with pooling=%r, encode does not reproduce its embeddings: %s.",
             name_or_path,
-            pooling,
+            pooling or settings.pooling or "mean",
             reasons,
         )
     config_kwargs.setdefault("normalize_embeddings", settings.normalize)

@@ -13,6 +13,8 @@ from helpers import run_without_package
 from sentence_transformers import SentenceTransformer
 from torch.nn import functional as F
 from transformers import AutoModel, AutoTokenizer
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
 from pooled_models import (
     PooledForMultiTask,
@@ -262,6 +264,11 @@ def test_a_pipeline_encode_cannot_reproduce_is_refused_by_name_unless_the_poolin
     assert "Give the pooling by hand" in str(error.value)
     model = PooledModel.from_backbone(folder, pooling="mean")  # the transformer alone, as asked
     assert model.config.pooling == "mean" and model.config.normalize_embeddings
+    # A classifier (train.py builds one, and cannot pass the default pooling explicitly) builds and warns.
+    with CaptureLogger(logging.get_logger("pooled_models.modeling.sentence_transformers_folder")) as captured:
+        classifier = PooledForSequenceClassification.from_backbone(folder, num_labels=2)
+    assert classifier.config.pooling == "mean"
+    assert "encode does not reproduce its embeddings" in captured.out
 
 
 def test_a_default_prompt_is_refused(tiny_backbone_path, tmp_path):

@@ -186,15 +186,27 @@ def test_no_split_modules_name_the_backbones_layers(backbone, layer_classes):
 
 
 def test_accelerate_fsdp_auto_wrap_finds_the_layers_without_naming_them():
+    """accelerate's TRANSFORMER_BASED_WRAP without --fsdp_transformer_layer_cls_to_wrap reads _no_split_modules: FSDP1
+    (set_auto_wrap_policy) and FSDP2 (fsdp2_prepare_auto_wrap_policy) wrap each layer. (accelerate applies FSDP on
+    accelerators only, so no CPU run can show it; DistributedConfig(fsdp_size=2) above shards on CPU.)"""
     from accelerate.utils.dataclasses import FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_auto_wrap_policy
 
     model = PooledForSequenceClassification(
         PooledConfig(backbone_config=tiny_backbone_config("bert"), num_labels=3)
     )
-    plugin = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap")
+    plugin = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap", fsdp_version=1)
     plugin.set_auto_wrap_policy(model)
-    wrapped = plugin.auto_wrap_policy.keywords["transformer_layer_cls"]
-    assert {layer.__name__ for layer in wrapped} >= {"BertLayer"}
+    assert {layer.__name__ for layer in plugin.auto_wrap_policy.keywords["transformer_layer_cls"]} >= {
+        "BertLayer"
+    }
+
+    policy = fsdp2_prepare_auto_wrap_policy(
+        FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap", fsdp_version=2), model
+    )
+    wrapped = [name for name, module in model.named_modules() if policy(module)]
+    assert {"backbone.encoder.layer.0", "backbone.encoder.layer.1"} <= set(wrapped), wrapped
+    assert not any(name.startswith("classifier") for name in wrapped)
 
 
 def split_layers(placement: dict) -> list[str]:

@@ -1,10 +1,12 @@
-"""Sentence embeddings: our ``encode`` against ``SentenceTransformer(...).encode`` on the same all-MiniLM-L6-v2,
-the same texts and the same batch size, in one run.
+"""Sentence embeddings: our ``encode`` against ``SentenceTransformer(...).encode`` on the same all-MiniLM-L6-v2 and
+the same texts, in one run, each called as a user calls it: with no settings passed by hand.
 
 Both sides embed Debian fortunes quotations (bench/corpora/fortunes.py) of several lengths: short, medium and long
 quotations apart, then all of them together in one shuffled list (where sorting by length matters most). Ours is
-``PooledModel.from_backbone(minilm, pooling="mean")``; theirs is the packaged folder as sentence-transformers loads it
-(Transformer, mean Pooling, Normalize), so ours normalises too and truncates at its ``max_seq_length``.
+``PooledModel.from_backbone(folder).encode(texts)``, theirs ``SentenceTransformer(folder).encode(texts)``, on the
+packaged folder (Transformer, mean Pooling, Normalize, max_seq_length 256): ours must take the folder's pooling,
+normalisation and token limit by itself (the run checks that it did). Each side's batch size is its own default
+unless --batch-size gives one to both.
 
 Measurements are paired: every round times ours and theirs on the same texts, one right after the other, the one
 that goes first alternating from round to round, and a workload's ratio is the median over rounds of
@@ -12,7 +14,7 @@ theirs / ours (a throughput ratio: above 1.0, ours embeds more texts per second)
 workload's embeddings are compared: they must be equal to 1e-5.
 
     python bench/embeddings.py                               # 256 texts per length, 5 rounds
-    python bench/embeddings.py --per-length 64 --rounds 2    # a quick check that it runs
+    python bench/embeddings.py --per-length 8 --rounds 1     # a quick check that it runs
 
 Exit status 0 when the embeddings are equal and every ratio is at least the target (1.0), else 1.
 """
@@ -88,6 +90,21 @@ def workloads(groups: dict[str, list[str]], seed: int = 0) -> dict[str, list[str
     return {**groups, "mixed": mixed}
 
 
+def check_same_defaults(ours, theirs) -> None:
+    """Exits with the reason when our model did not take the folder's settings by itself: the run would then measure
+    other work than sentence-transformers does."""
+    theirs_settings = {
+        "max tokens": theirs.max_seq_length,
+        "normalised": type(theirs[-1]).__name__ == "Normalize",
+    }
+    ours_settings = {
+        "max tokens": ours.config.embedding_max_length,
+        "normalised": ours.config.normalize_embeddings,
+    }
+    if ours_settings != theirs_settings:
+        sys.exit(f"{PROGRAM}: our defaults {ours_settings} are not sentence-transformers' {theirs_settings}.")
+
+
 def timed(encode, texts: list[str]) -> float:
     start = time.perf_counter()
     encode(texts)
@@ -99,12 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--per-length", type=int, default=256, help="quotations of each length group")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--batch-size", type=int, help="texts per batch, for both sides (default: each side's own default)"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0, help="which quotations are chosen, and their order")
     args = parser.parse_args(argv)
-    if args.per_length < 1 or args.batch_size < 1 or args.rounds < 1 or args.warmup < 0:
+    if args.per_length < 1 or (args.batch_size or 1) < 1 or args.rounds < 1 or args.warmup < 0:
         parser.error("--per-length, --batch-size and --rounds must be at least 1, --warmup at least 0")
     try:
         from sentence_transformers import SentenceTransformer
@@ -114,23 +133,16 @@ def main(argv: list[str] | None = None) -> int:
 
     backbone = minilm_path()
     texts = workloads(fortunes_by_length(args.per_length, args.seed), args.seed)
-    theirs = SentenceTransformer(backbone, device="cpu")
-    ours = PooledModel.from_backbone(backbone, pooling="mean").eval()
-    max_length = theirs.max_seq_length  # 256 for this folder, where the tokenizer alone allows 512
+    theirs = SentenceTransformer(backbone, device="cpu")  # where ours runs: a CPU benchmark on any machine
+    ours = PooledModel.from_backbone(backbone)
+    check_same_defaults(ours, theirs)
+    chosen = {} if args.batch_size is None else {"batch_size": args.batch_size}
 
     def encode_ours(batch: list[str]) -> np.ndarray:
-        return ours.encode(
-            batch,
-            batch_size=args.batch_size,
-            normalize_embeddings=True,
-            max_length=max_length,
-            show_progress_bar=False,
-        )
+        return ours.encode(batch, **chosen)
 
     def encode_theirs(batch: list[str]) -> np.ndarray:
-        return theirs.encode(
-            batch, batch_size=args.batch_size, show_progress_bar=False, convert_to_numpy=True
-        )
+        return theirs.encode(batch, **chosen)
 
     equal = True
     differences = {}
@@ -152,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round {round_index + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
 
     print(
-        f"\nencode (PooledModel, mean pooling) vs SentenceTransformer.encode, all-MiniLM-L6-v2, Debian fortunes "
-        f"quotations, batch size {args.batch_size}, max {max_length} tokens, normalised, {args.rounds} paired rounds "
+        f"\nPooledModel.from_backbone(folder).encode(texts) vs SentenceTransformer(folder).encode(texts), "
+        f"all-MiniLM-L6-v2, Debian fortunes quotations, batch size {args.batch_size or 'each default'}, "
+        f"max {ours.config.embedding_max_length} tokens, normalised: {ours.config.normalize_embeddings}, "
+        f"{args.rounds} paired rounds "
         f"({args.warmup} warm-up), {torch.get_num_threads()} CPU threads, torch {torch.__version__}, "
         f"sentence-transformers {st_version}, pooled_models {pooled_models.__version__}\n"
     )

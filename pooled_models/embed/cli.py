@@ -54,12 +54,20 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--heatmap", type=Path, help=f"a PNG of the cosine similarities (the first {MAX_TEXTS} texts at most)"
     )
-    parser.add_argument("--normalize", action="store_true", help="save unit-length embeddings")
+    parser.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        help="unit-length embeddings (--no-normalize: as the model gives them); default: the model's own setting "
+        "(normalize_embeddings; a sentence-transformers folder's Normalize module sets it)",
+    )
     parser.add_argument(
         "--batch_size", type=int, default=32, help="texts per batch, for texts of average length"
     )
     parser.add_argument(
-        "--max_length", type=int, help="truncate texts to this many tokens (default: the model's)"
+        "--max_length",
+        type=int,
+        help="truncate texts to this many tokens (default: the model's embedding_max_length, e.g. a "
+        "sentence-transformers folder's max_seq_length, else its tokenizer's limit)",
     )
     parser.add_argument(
         "--label", help="label_tokens models: embed with this label's vector (default: every label)"
@@ -67,7 +75,8 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--pooling",
         choices=sorted(POOLINGS),
-        help="for a backbone that is not a pooled checkpoint: the pooling to put on it (default: mean)",
+        help="for a backbone that is not a pooled checkpoint: the pooling to put on it (default: a "
+        "sentence-transformers folder's own, else mean)",
     )
     parser.add_argument("--device", help="cpu, cuda, cuda:1, mps... (default: cpu)")
     parser.add_argument(
@@ -101,7 +110,8 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def load_model(name_or_path: str, pooling: str | None, device: str | None) -> PooledModel:
-    """A pooled checkpoint as its PooledModel; any other backbone with ``pooling`` (mean by default) put on it.
+    """A pooled checkpoint as its PooledModel; any other backbone with ``pooling`` put on it (by default a
+    sentence-transformers folder's own pooling, normalisation and token limit, else mean).
     Never with ``trust_remote_code``: only model code that ships with transformers or pooled_models runs."""
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)
     if isinstance(config, PooledConfig):
@@ -112,7 +122,7 @@ def load_model(name_or_path: str, pooling: str | None, device: str | None) -> Po
             )
         model = AutoModel.from_pretrained(name_or_path, trust_remote_code=False)
     else:
-        model = PooledModel.from_backbone(name_or_path, pooling=pooling or "mean")
+        model = PooledModel.from_backbone(name_or_path, pooling=pooling)
     return model.to(device or "cpu").eval()
 
 
@@ -138,19 +148,20 @@ def run(args: argparse.Namespace) -> None:
     description = f"pooling {model.config.pooling}" + (
         f", label {args.label}" if args.label is not None else ""
     )
+    normalize = model.config.normalize_embeddings if args.normalize is None else args.normalize
     start = time.perf_counter()
     embeddings = model.encode(
         texts,
         batch_size=args.batch_size,
         max_length=args.max_length,
-        normalize_embeddings=args.normalize,
+        normalize_embeddings=normalize,
         label=args.label,
     )
     seconds = time.perf_counter() - start
     shape = " x ".join(map(str, embeddings.shape))
     print(
         f"Embedded {len(texts)} texts with {args.model} ({description}) in {seconds:.1f} s: {shape}"
-        + (", normalized." if args.normalize else ".")
+        + (", normalized." if normalize else ".")
     )
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -182,7 +193,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"Heatmap: {args.heatmap}")
     if args.export_sentence_transformers is not None:
         folder = export_sentence_transformers(
-            model, args.export_sentence_transformers, normalize=args.normalize, modules=args.export_modules
+            model, args.export_sentence_transformers, normalize=normalize, modules=args.export_modules
         )
         print(
             f"sentence-transformers folder: {folder} (SentenceTransformer({str(folder)!r}) gives these embeddings)"

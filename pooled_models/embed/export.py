@@ -30,6 +30,7 @@ from transformers.utils import logging
 
 from ..modeling.layer_pooling import WeightedLayerPooler
 from ..modeling.pooling import TokenPooler
+from ..modeling.sentence_transformers_folder import SENTENCE_TRANSFORMERS_POOLING_MODES
 
 __all__ = [
     "NATIVE_POOLING_MODES",
@@ -39,17 +40,9 @@ __all__ = [
     "export_sentence_transformers",
 ]
 
-# Our token pooling -> sentence-transformers' Pooling modes, in the order our pooler concatenates them.
-NATIVE_POOLING_MODES: dict[str, tuple[str, ...]] = {
-    "cls": ("cls",),
-    "mean": ("mean",),
-    "max": ("max",),
-    "mean_sqrt_len": ("mean_sqrt_len_tokens",),
-    "weighted_mean": ("weightedmean",),
-    "last_token": ("lasttoken",),
-    "mean_max": ("mean", "max"),
-    "cls_mean_max": ("cls", "max", "mean"),
-}
+# Our token pooling -> sentence-transformers' Pooling modes, in the order our pooler concatenates them (the table
+# from_backbone also reads sentence-transformers folders with).
+NATIVE_POOLING_MODES: dict[str, tuple[str, ...]] = SENTENCE_TRANSFORMERS_POOLING_MODES
 MODULE_CHOICES = ("auto", "native", "pooled")
 # sentence-transformers' Transformer module reads this output of the pooled model as the sentence embedding.
 POOLER_OUTPUT = {"text": {"method": "forward", "method_output_name": "pooler_output"}}
@@ -113,7 +106,7 @@ def export_sentence_transformers(
     folder: str | os.PathLike,
     tokenizer=None,
     *,
-    normalize: bool = False,
+    normalize: bool | None = None,
     modules: str = "auto",
 ) -> Path:
     """Write ``model`` (a ``PooledModel`` or ``PooledForSequenceClassification``) as a sentence-transformers folder
@@ -123,13 +116,17 @@ def export_sentence_transformers(
         model: the pooled model; a classifier is written as its encoder (backbone and pooler, no head).
         folder: where to write; must not exist yet, or be empty.
         tokenizer: the model's tokenizer; default: the one ``encode`` uses.
-        normalize: end with sentence-transformers' ``Normalize`` module (unit-length embeddings).
+        normalize: end with sentence-transformers' ``Normalize`` module (unit-length embeddings); default: the
+            model's ``config.normalize_embeddings`` (what ``encode`` does by default). The folder's
+            ``max_seq_length`` is always the one ``encode`` uses by default.
         modules: ``auto``, ``native`` or ``pooled`` (see the module's docstring).
 
     Returns the folder. Raises ``ExportError`` for a pooling that cannot be written as asked, and when the folder,
     loaded back with sentence-transformers, gives other embeddings than ``encode`` (the folder is then removed).
     """
     route = sentence_transformers_route(model, modules)
+    if normalize is None:
+        normalize = bool(getattr(model.config, "normalize_embeddings", False))
     folder = Path(folder)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ExportError(f"{folder} already exists and is not an empty folder; choose a new one.")

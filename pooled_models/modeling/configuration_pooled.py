@@ -171,6 +171,14 @@ class PooledConfig(PreTrainedConfig):
             attention mask (not DeBERTa-v2 or ESM); `output_attentions` is refused.
         initializer_range (`float`, *optional*):
             Standard deviation used to initialise the pooler and head. Defaults to the backbone's.
+        normalize_embeddings (`bool`, *optional*, defaults to `False`):
+            Sentence embeddings: whether `encode` scales every vector to length 1 when its call does not say. Set by
+            `from_backbone` from a sentence-transformers folder's `Normalize` module. The model's outputs (pooled
+            vectors, logits) are never normalised.
+        embedding_max_length (`int`, *optional*):
+            Sentence embeddings: the token limit of `encode` when its call does not give `max_length`. Set by
+            `from_backbone` from a sentence-transformers folder's `max_seq_length`. Unset: the tokenizer's limit.
+            Always capped at what the backbone has positions for.
 
     Settings that do not apply to the chosen pooling or head raise a `ValueError`; the ones that apply but
     are left unset are filled with their defaults, so `config.json` shows exactly what was built.
@@ -220,6 +228,9 @@ class PooledConfig(PreTrainedConfig):
     pos_weight: list[float] | None = None
     decision_threshold: float | list[float] | None = None
     initializer_range: float | None = None
+    # encode's defaults (sentence embeddings); they choose no module, so a built model follows their edits
+    normalize_embeddings: bool = False
+    embedding_max_length: int | None = None
 
     def __post_init__(self, **kwargs):
         self.backbone_config = _clean_backbone_config(self.backbone_config)
@@ -240,6 +251,7 @@ class PooledConfig(PreTrainedConfig):
             self._check_choice(registry)
         self._check_multi_label()
         _check_packing(self)
+        _check_embedding_defaults(self)
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
 
@@ -474,6 +486,17 @@ def _check_packing(config) -> None:
         raise ValueError(
             "packed_batches=True needs position_ids_from_mask=True: each text of a packed row starts again at the "
             "first position, which the positions counted from its own mask give."
+        )
+
+
+def _check_embedding_defaults(config) -> None:
+    """``encode``'s defaults: a bool, and a token limit that is a positive integer or unset."""
+    if not isinstance(config.normalize_embeddings, bool):
+        raise ValueError(f"normalize_embeddings must be True or False, got {config.normalize_embeddings!r}.")
+    limit = config.embedding_max_length
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(
+            f"embedding_max_length must be an integer >= 1 or None (the tokenizer's), got {limit!r}."
         )
 
 

@@ -21,6 +21,8 @@ from torch.nn import functional as F
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
+from .sentence_transformers_folder import sentence_transformers_files
+
 __all__ = ["SentenceEncoderMixin", "SIMILARITY_FUNCTIONS", "similarity", "write_sentence_transformers_files"]
 
 logger = logging.get_logger(__name__)
@@ -43,7 +45,7 @@ class SentenceEncoderMixin:
         self,
         sentences: str | tuple[str, str] | Iterable[str | tuple[str, str]],
         batch_size: int = 32,
-        normalize_embeddings: bool = False,
+        normalize_embeddings: bool | None = None,
         max_length: int | None = None,
         show_progress_bar: bool | None = None,
         convert_to_numpy: bool = True,
@@ -66,8 +68,11 @@ class SentenceEncoderMixin:
                 the tokens of ``batch_size`` average texts, so no batch holds more tokens than ``batch_size`` of the
                 longest texts.
             normalize_embeddings: scale every vector to length 1 (then a dot product is the cosine similarity).
-            max_length: truncate longer inputs to this many tokens. Default: the tokenizer's limit, capped at what
-                the model's position table holds (less the label tokens of ``pooling="label_tokens"``).
+                Default: ``config.normalize_embeddings`` (a sentence-transformers folder's ``Normalize`` module sets
+                it in ``from_backbone``), else False.
+            max_length: truncate longer inputs to this many tokens. Default: ``config.embedding_max_length`` (a
+                sentence-transformers folder's ``max_seq_length``), else the tokenizer's limit; always capped at
+                what the model's position table holds (less the label tokens of ``pooling="label_tokens"``).
             show_progress_bar: default: shown from 512 texts on (and when transformers' bars are enabled).
             convert_to_numpy: a numpy array (the default); otherwise a torch tensor.
             convert_to_tensor: a torch tensor, on the model's device (as sentence-transformers' flag).
@@ -90,6 +95,8 @@ class SentenceEncoderMixin:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
         tokenizer = self._encoding_tokenizer(tokenizer)
         max_length = self._encoding_max_length(tokenizer, max_length)
+        if normalize_embeddings is None:
+            normalize_embeddings = bool(getattr(self.config, "normalize_embeddings", False))
         if device is not None and torch.device(device) != self.device:
             self.to(device)
         keep_on_device = convert_to_tensor or not convert_to_numpy
@@ -190,10 +197,11 @@ class SentenceEncoderMixin:
         )
 
     def _encoding_max_length(self, tokenizer, max_length: int | None) -> int | None:
-        """The token limit of one input: the tokenizer's, capped at the positions the model has for a text."""
-        model_limit = None
-        if self.position_budget is not None:
-            model_limit = self.position_budget - self.added_tokens
+        """The token limit of one input: ``max_length``, else the config's ``embedding_max_length``, else the
+        tokenizer's; capped at the positions the model has for a text."""
+        model_limit = self._encoding_position_limit()
+        if max_length is None:
+            max_length = getattr(self.config, "embedding_max_length", None)
         if max_length is not None:
             if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
                 raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}.")
@@ -206,6 +214,12 @@ class SentenceEncoderMixin:
         limits = [model_limit, getattr(tokenizer, "model_max_length", None)]
         limits = [limit for limit in limits if limit is not None and limit < NO_TOKENIZER_LIMIT]
         return min(limits) if limits else None
+
+    def _encoding_position_limit(self) -> int | None:
+        """The tokens of one text the model has positions for (less the label tokens it inserts), or None."""
+        if self.position_budget is None:
+            return None
+        return self.position_budget - self.added_tokens
 
     # -- saving ------------------------------------------------------------------------------------------
 
@@ -222,7 +236,15 @@ class SentenceEncoderMixin:
         saved = super().save_pretrained(save_directory, *args, **kwargs)
         is_main_process = args[0] if args else kwargs.get("is_main_process", True)
         if is_main_process:
-            write_sentence_transformers_files(save_directory)
+            max_seq_length = getattr(self.config, "embedding_max_length", None)
+            limit = self._encoding_position_limit()
+            if max_seq_length is not None and limit is not None:
+                max_seq_length = min(max_seq_length, limit)
+            write_sentence_transformers_files(
+                save_directory,
+                normalize=bool(getattr(self.config, "normalize_embeddings", False)),
+                max_seq_length=max_seq_length,
+            )
             if push_to_hub:
                 repo_id = hub_kwargs.pop("repo_id", os.path.basename(os.path.normpath(save_directory)))
                 self.push_to_hub(repo_id, **hub_kwargs)
@@ -349,37 +371,20 @@ def _as_matrix_batch(values) -> torch.Tensor:
 # The sentence-transformers description of a saved checkpoint
 # ----------------------------------------------------------------------------------------------------
 
-# sentence-transformers (>= 6) runs the checkpoint as its Transformer module and takes the model's pooler_output as
-# the sentence embedding: exactly encode's vectors (before normalisation) for every pooling. Without these files it
-# would mean-pool last_hidden_state, silently another embedding.
-SENTENCE_TRANSFORMERS_FILES = {
-    "modules.json": [
-        {
-            "idx": 0,
-            "name": "0",
-            "path": "",
-            "type": "sentence_transformers.base.modules.transformer.Transformer",
-        }
-    ],
-    "sentence_bert_config.json": {
-        "transformer_task": "feature-extraction",
-        "modality_config": {"text": {"method": "forward", "method_output_name": "pooler_output"}},
-        "module_output_name": "sentence_embedding",
-    },
-    "config_sentence_transformers.json": {
-        "model_type": "SentenceTransformer",
-        "prompts": {},
-        "default_prompt_name": None,
-        "similarity_fn_name": "cosine",
-    },
-}
+# The files with encode's default settings (no normalisation, the tokenizer's limit): see sentence_transformers_folder.
+SENTENCE_TRANSFORMERS_FILES = sentence_transformers_files()
 
 
-def write_sentence_transformers_files(folder: str | os.PathLike) -> None:
-    """Write the files by which ``SentenceTransformer(folder)`` loads this checkpoint with its own pooling (the
-    folder also needs the tokenizer, as for ``encode``). Loading it needs ``import pooled_models`` first, or
-    ``SentenceTransformer(folder, trust_remote_code=True)`` where the package is not installed."""
-    for name, content in SENTENCE_TRANSFORMERS_FILES.items():
-        with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+def write_sentence_transformers_files(
+    folder: str | os.PathLike, normalize: bool = False, max_seq_length: int | None = None
+) -> None:
+    """Write the files by which ``SentenceTransformer(folder)`` loads this checkpoint with its own pooling, its
+    normalisation and its token limit, as ``encode`` runs with its defaults (the folder also needs the tokenizer, as
+    for ``encode``). Loading it needs ``import pooled_models`` first, or ``SentenceTransformer(folder,
+    trust_remote_code=True)`` where the package is not installed."""
+    for name, content in sentence_transformers_files(normalize, max_seq_length).items():
+        path = os.path.join(folder, *name.split("/"))
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
             json.dump(content, handle, indent=2)
             handle.write("\n")

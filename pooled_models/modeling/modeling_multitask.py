@@ -349,7 +349,8 @@ class PooledForMultiTask(PooledPreTrainedModel):
         tokenizer=None,
         **config_kwargs,
     ):
-        """A multi-task model around a pretrained backbone, with a freshly initialised head per task.
+        """A multi-task model around a pretrained backbone, with a freshly initialised head per task, in eval mode
+        (as ``from_pretrained`` returns a model; ``Trainer`` switches to training mode itself).
 
         Args:
             backbone_name_or_path: Hub id or local folder of any model built into transformers.
@@ -398,7 +399,7 @@ class PooledForMultiTask(PooledPreTrainedModel):
         model = cls(config, backbone=backbone)
         # Where export_head finds the tokenizer, as from_pretrained records the folder a model came from.
         model.config._name_or_path = model.name_or_path = str(backbone_name_or_path)
-        return model.to(backbone.dtype)
+        return model.to(backbone.dtype).eval()  # as from_pretrained returns it; Trainer switches to training
 
     @classmethod
     def _from_plain_backbone(cls, name_or_path, kwargs: dict[str, Any]):

@@ -39,6 +39,7 @@ from .losses import classification_loss
 from .packing import packing_refusal, run_packed
 from .pooling import POOLINGS, Pooler, build_pooler, hidden_states_for_caller
 from .problem_types import infer_problem_type
+from .sentence_transformers_folder import apply_folder_defaults
 from .targets import as_label_tensor, check_labels
 
 # Keywords of from_pretrained/from_backbone that are config settings, not the backbone's loading options.
@@ -319,7 +320,7 @@ class PooledPreTrainedModel(PreTrainedModel):
                 ignored, None
             )  # safetensors is what load_backbone reads anyway; there is nothing to re-head
         model = cls.from_backbone(
-            name_or_path, pooling=settings.pop("pooling", "mean"), backbone_kwargs=kwargs, **settings
+            name_or_path, pooling=settings.pop("pooling", None), backbone_kwargs=kwargs, **settings
         )
         new = [name for name, _ in model.named_parameters() if not name.startswith("backbone.")]
         (logger.warning if new else logger.info)(
@@ -344,17 +345,27 @@ class PooledPreTrainedModel(PreTrainedModel):
     def from_backbone(
         cls,
         backbone_name_or_path: str | os.PathLike,
-        pooling: str = "mean",
+        pooling: str | None = None,
         *,
         backbone_kwargs: dict[str, Any] | None = None,
         tokenizer=None,
         **config_kwargs,
     ):
-        """Build a model around a pretrained backbone, with a freshly initialised pooler and head.
+        """Build a model around a pretrained backbone, with a freshly initialised pooler and head, in eval mode (as
+        ``from_pretrained`` returns a model; ``Trainer`` switches to training mode itself).
+
+        A sentence-transformers folder (``modules.json``) brings its pooling, ``max_seq_length`` and normalisation
+        as the defaults of ``encode`` (``embedding_max_length``, ``normalize_embeddings``), so that
+        ``model.encode(texts)`` gives what ``SentenceTransformer(folder).encode(texts)`` gives; ``pooling`` and
+        those two settings, given here, override the folder's. A folder whose pipeline ``encode`` cannot reproduce
+        (a ``Dense`` module, a default prompt...) is refused by ``PooledModel`` unless ``pooling`` is given (a
+        classifier warns and builds on the transformer alone).
 
         Args:
-            backbone_name_or_path: Hub id or local folder of any model built into transformers.
-            pooling: a registered pooling name (see ``pooled_models.POOLINGS``).
+            backbone_name_or_path: Hub id or local folder of any model built into transformers, or of a
+                sentence-transformers model.
+            pooling: a registered pooling name (see ``pooled_models.POOLINGS``). Default: a sentence-transformers
+                folder's own, else ``"mean"``.
             backbone_kwargs: passed to the backbone's ``from_pretrained`` and ``AutoConfig.from_pretrained``
                 (``revision``, ``cache_dir``, ``token``, ``local_files_only``, ``dtype``, ``attn_implementation``).
             tokenizer: the backbone's tokenizer, for poolings that need one to start from (``label_tokens`` reads
@@ -369,20 +380,34 @@ class PooledPreTrainedModel(PreTrainedModel):
                 "ships with transformers."
             )
         hub_kwargs = {key: backbone_kwargs[key] for key in HUB_KEYS if key in backbone_kwargs}
+
+        def load_tokenizer(source=None):
+            if tokenizer is not None:
+                return tokenizer
+            return AutoTokenizer.from_pretrained(
+                source or backbone_name_or_path, trust_remote_code=False, **hub_kwargs
+            )
+
+        if issubclass(cls, SentenceEncoderMixin):  # the models that encode sentences
+            # The sentence embedder refuses a folder whose embeddings it would not reproduce; a classifier (trained
+            # for its head, by train.py too, which cannot say pooling='mean' explicitly) only warns.
+            backbone_name_or_path, pooling = apply_folder_defaults(
+                backbone_name_or_path,
+                pooling,
+                config_kwargs,
+                hub_kwargs,
+                load_tokenizer,
+                refuse=issubclass(cls, PooledModel),
+            )
+        pooling = pooling or "mean"
         backbone_config = AutoConfig.from_pretrained(
             backbone_name_or_path, trust_remote_code=False, **hub_kwargs
         )
-
-        def load_tokenizer():
-            if tokenizer is not None:
-                return tokenizer
-            return AutoTokenizer.from_pretrained(backbone_name_or_path, trust_remote_code=False, **hub_kwargs)
-
         config_kwargs.update(POOLINGS.lookup(pooling).tokenizer_settings(config_kwargs, load_tokenizer))
         config = PooledConfig(backbone_config=backbone_config, pooling=pooling, **config_kwargs)
         backbone = load_backbone(backbone_name_or_path, config.backbone_config, **backbone_kwargs)
         model = cls(config, backbone=backbone)
-        return model.to(backbone.dtype)
+        return model.to(backbone.dtype).eval()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         self._check_config_still_fits()  # never save a config its weights do not match

@@ -109,9 +109,7 @@ def write_model_card(
     pushed: bool,
     threshold_plan: ThresholdPlan | None = None,
     pos_weight_source: str | None = None,
-    chosen_settings: dict[str, Any] | None = None,
 ) -> None:
-    """``chosen_settings``: training-settings rows for what the run chose itself (``--pooling auto``'s search)."""
     name = training_args.hub_model_id or final_dir.name
     validation = splits.get("validation")
     facts = CardFacts(
@@ -131,7 +129,7 @@ def write_model_card(
             for split in splits.values()
         ],
         max_seq_length=max_length,
-        training_settings={**_training_settings(training_args, labels), **(chosen_settings or {})},
+        training_settings=_training_settings(training_args, labels),
         evaluation=_evaluation_by_split(metrics),
         example_text=(
             data_args.example_texts or [next(iter(splits.values())).dataset[0][data_args.text_column]]
@@ -227,10 +225,6 @@ def chosen_training_options(args) -> dict[str, Any]:
         options["layer-wise learning-rate decay"] = args.layerwise_lr_decay
     if getattr(args, "label_smoothing_factor", 0.0):
         options["label smoothing"] = args.label_smoothing_factor
-    if getattr(args, "linear_probe_epochs", 0.0):
-        options["linear probe (pooler and head alone) epochs"] = args.linear_probe_epochs
-    if getattr(args, "ema_decay", None) is not None:
-        options["saved weights: exponential moving average, decay"] = args.ema_decay
     if getattr(args, "label_embedding_learning_rate", None) is not None:
         options["learning rate (label embeddings)"] = args.label_embedding_learning_rate
     if getattr(args, "label_embedding_weight_decay", None) is not None:

@@ -6,7 +6,6 @@ created; :mod:`pooled_models.staging` makes the output folder appear only once t
 
 from __future__ import annotations
 
-import copy
 import errno
 import json
 import logging
@@ -20,7 +19,7 @@ import transformers
 from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from ..modeling.configuration_pooled import PooledConfig
-from .arguments import AUTO_POOLING, FROM_TRAINING_DATA, parse_arguments
+from .arguments import FROM_TRAINING_DATA, parse_arguments
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
 from .data import Split, prepare_splits, tokenize
 from .errors import UsageError, program_name
@@ -46,21 +45,10 @@ from .outputs import (
     write_results,
 )
 from .packaged import resolve_backbone
-from .pooling_search import (
-    SEARCH_RESULTS_KEY,
-    PoolingSearch,
-    check_candidates,
-    check_pooling_search,
-    is_auto,
-    refuse_resuming_a_search,
-    refuse_searching_a_trained_model,
-    search_pooling,
-)
 from .staging import StagedOutputDir
 from .task_specs import is_task_run
 from .threshold_tuning import ThresholdPlan, plan_thresholds, tune_on_validation
 from .trainer import PooledTrainer, callbacks_for, check_training_options, freeze_backbone
-from .weight_average import check_checkpoint_average
 
 __all__ = ["RunResult", "run", "main", "needed_splits"]
 
@@ -123,7 +111,6 @@ def _locked_run(
     staging: StagedOutputDir, model_args, data_args, training_args, callbacks, model_factory
 ) -> RunResult:
     roles = needed_splits(training_args)
-    check_pooling_search(model_args, data_args, training_args)
     base_model = _resolve_backbone(model_args)
     resuming = training_args.do_train and training_args.resume_from_checkpoint is not None
     # What a killed run left is put right first; the other processes then look for checkpoints in the result.
@@ -138,10 +125,6 @@ def _locked_run(
             if training_args.do_train
             else None
         )
-    if checkpoint is not None and training_args.ema_decay is not None:  # refused before anything is written
-        check_checkpoint_average(checkpoint, training_args.ema_decay)
-    if checkpoint is not None and is_auto(model_args):
-        refuse_resuming_a_search(checkpoint)
     if training_args.should_save:
         staging.check(resuming=checkpoint is not None)
     set_seed(training_args.seed)
@@ -160,8 +143,6 @@ def _locked_run(
         return RunResult(result.output_dir, result.metrics, result.examples, result.parameters)
 
     saved_config = saved_pooled_config(model_args)
-    if is_auto(model_args):
-        refuse_searching_a_trained_model(model_args, saved_config)
     splits, labels = prepare_splits(
         data_args,
         roles,
@@ -179,16 +160,6 @@ def _locked_run(
         saved=saved_config is not None and saved_config.decision_threshold is not None,
     )
     tokenizer = load_tokenizer(model_args)
-    pooling_search = None
-    if is_auto(model_args):  # the search chooses model_args.pooling; the run goes on as if it had been given
-        if model_factory is not None:
-            raise UsageError(
-                f"--pooling {AUTO_POOLING} chooses a pooling, and this run trains another model."
-            )
-        pooling_search = _search_pooling(
-            model_args, data_args, training_args, splits, labels, tokenizer, threshold_plan
-        )
-        model_args.pooling = pooling_search.chosen
     if model_factory is not None:
         model = model_factory(model_args, labels, tokenizer)
     else:
@@ -217,8 +188,6 @@ def _locked_run(
         if trainer.is_world_process_zero():
             _report_failure(staging)
         raise
-    if pooling_search is not None:
-        metrics[SEARCH_RESULTS_KEY] = pooling_search.results()
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
@@ -240,7 +209,6 @@ def _locked_run(
             pushed=push_to_hub,
             threshold_plan=threshold_plan,
             pos_weight_source=pos_weight_source,
-            chosen_settings=pooling_search.card_settings() if pooling_search else None,
         )
     write_results(staging.work, metrics, training_args)
     output_dir = staging.publish(keep_checkpoints=training_args.keep_checkpoints)
@@ -275,37 +243,6 @@ def _trainer(model, training_args, splits: dict[str, Split], tokenizer, callback
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=metrics_function(model.config),
         callbacks=callbacks_for(training_args) + list(callbacks),
-    )
-
-
-def _search_pooling(
-    model_args, data_args, training_args, splits, labels, tokenizer, threshold_plan
-) -> PoolingSearch:
-    """``--pooling auto`` (pooling_search.py): each candidate is built, tokenized for and trained by the code that
-    builds, tokenizes for and trains the run itself, on the training and validation splits."""
-    candidates = training_args.auto_poolings
-    check_candidates(model_args, candidates, labels)
-    trial_splits = {role: splits[role] for role in ("train", "validation")}
-
-    def trial_trainer(pooling: str, trial_args) -> PooledTrainer:
-        candidate_args = copy.copy(model_args)
-        candidate_args.pooling = pooling
-        model = build_model(candidate_args, labels, None, tokenizer)
-        if any(split.encoded is None for split in trial_splits.values()):
-            # Once: no candidate adds tokens to the input (label tokens are not one), so their length limit is one.
-            max_length = choose_max_length(data_args.max_seq_length, tokenizer, model)
-            _tokenize(trial_splits, tokenizer, data_args, max_length, training_args)
-        _prepare_for_training(model, trial_args)
-        return _trainer(model, trial_args, trial_splits, tokenizer)
-
-    return search_pooling(
-        candidates,
-        training_args.auto_pooling_budget,
-        training_args,
-        splits["validation"],
-        labels.problem_type,
-        threshold_plan,
-        trial_trainer,
     )
 
 

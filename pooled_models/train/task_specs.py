@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..modeling.configuration_multitask import SEQUENCE, TASK_KINDS, TOKEN
-from .arguments import DataArguments, parse_pos_weight, pooled_config_fields
+from .arguments import DataArguments, parse_pos_weight, pooled_config_fields, refuse_removed_options
 from .errors import UsageError
 
 __all__ = ["TaskSpec", "TRAINING_SETTINGS", "task_specs", "is_task_run", "SINGLE_TOKEN_TASK"]
@@ -57,7 +57,6 @@ TOKEN_ONLY = ("words_column", "tags_column", "label_all_subtokens")
 HEAD_SETTINGS = (
     "classifier_head",
     "classifier_dropout",
-    "classifier_dropout_samples",
     "classifier_hidden_size",
     "classifier_activation",
 )
@@ -121,6 +120,7 @@ def _task_spec(name: Any, settings: Any, data_args, chosen_model_settings: dict[
     if not isinstance(settings, dict):
         raise UsageError(f"{where} must be a mapping of settings, got {type(settings).__name__}.")
     settings = dict(settings)
+    refuse_removed_options(settings, where)
     kind = settings.pop("kind", None)
     if kind not in TASK_KINDS:
         raise UsageError(f"{where} needs a kind: one of {', '.join(map(repr, TASK_KINDS))}; got {kind!r}.")

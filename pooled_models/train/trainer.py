@@ -22,9 +22,7 @@ from .batching import (
 from .errors import UsageError
 from .label_smoothing import check_label_smoothing, smoothed_loss
 from .learning_rates import layerwise_learning_rates
-from .linear_probe import BACKBONE, HEAD, PART, LinearProbe, probe_schedule, probe_steps
 from .model_setup import backbone_of
-from .weight_average import AverageWeights, WeightAverage, check_checkpoint_average
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +89,7 @@ class PooledTrainer(Trainer):
     larger step than the backbone can take without forgetting. The scheduler scales both rates alike. With
     ``layerwise_lr_decay`` below 1 the backbone's layers get lower rates the nearer they are to the input
     (learning_rates.py); with ``label_smoothing_factor`` the training loss is smoothed for each kind of head
-    (label_smoothing.py) instead of by Trainer's LabelSmoother, which suits single-label heads only. With
-    ``linear_probe_epochs`` the pooler and head train alone first (linear_probe.py): the optimizer's param groups
-    say which part they train, and the backbone's follow a schedule of their own. With ``ema_decay`` an average of
-    the weights is what evaluations score and what is saved (weight_average.py).
+    (label_smoothing.py) instead of by Trainer's LabelSmoother, which suits single-label heads only.
 
     With ``train_sampling_strategy="group_by_length"`` training batches hold texts of similar length (random between
     groups). With ``length_sorted_eval`` (both train.py's defaults) evaluation and prediction run longest text first,
@@ -112,13 +107,6 @@ class PooledTrainer(Trainer):
             super().__init__(*args, **kwargs)
         # Trainer's LabelSmoother is right for single-label heads only: compute_loss smooths instead.
         self.label_smoother = None
-        self.linear_probe_steps = 0  # set once the number of steps is known (set_initial_training_values)
-        if getattr(self.args, "linear_probe_epochs", 0.0) > 0:
-            self.add_callback(LinearProbe(self))
-        self.weight_average: WeightAverage | None = None  # while training with ema_decay (weight_average.py)
-        self.resumed_from: str | None = None  # the checkpoint this train() call continues
-        if getattr(self.args, "ema_decay", None) is not None:
-            self.add_callback(AverageWeights(self))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         epsilon = self.args.label_smoothing_factor
@@ -227,87 +215,26 @@ class PooledTrainer(Trainer):
         unwrapped = self.accelerator.unwrap_model(opt_model)
         rates = self.parameter_learning_rates(unwrapped)
         decays = self.parameter_weight_decays(unwrapped)
-        probing = getattr(self.args, "linear_probe_epochs", 0.0) > 0
-        if not rates and not decays and not probing:
+        if not rates and not decays:
             return super().create_optimizer(model)
         decayed = set(self.get_decay_parameter_names(opt_model))
-        head = head_parameters(unwrapped)
-        # One group per (rate, weight decay, part): a linear probe switches the backbone's groups off first.
-        groups: dict[tuple[float, float, str], list] = {}
+        # One group per (rate, weight decay).
+        groups: dict[tuple[float, float], list] = {}
         for name, parameter in opt_model.named_parameters():
             if parameter.requires_grad:
                 key = id(parameter)
                 rate = rates.get(key, self.args.learning_rate)
                 decay = decays.get(key, self.args.weight_decay) if name in decayed else 0.0
-                part = HEAD if key in head else BACKBONE
-                groups.setdefault((rate, decay, part), []).append(parameter)
+                groups.setdefault((rate, decay), []).append(parameter)
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
         self.optimizer = optimizer_cls(
             [
-                {
-                    "params": parameters,
-                    "lr": rate,
-                    "weight_decay": decay,
-                    PART: part,
-                }
-                for (rate, decay, part), parameters in groups.items()
+                {"params": parameters, "lr": rate, "weight_decay": decay}
+                for (rate, decay), parameters in groups.items()
             ],
             **optimizer_kwargs,
         )
         return self.optimizer
-
-    # -- EMA: the average of the weights is evaluated, saved and checkpointed (weight_average.py) --------------
-
-    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
-        self.resumed_from = None
-        output = super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
-        if self.weight_average is not None:
-            # From now on the model is the averaged one: what is evaluated, tuned, predicted with and saved.
-            self.weight_average.copy_to_model()
-            self.weight_average = None
-            logger.info(
-                "The average of the weights (ema_decay=%s) replaces the last ones.", self.args.ema_decay
-            )
-        return output
-
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        check_checkpoint_average(resume_from_checkpoint, getattr(self.args, "ema_decay", None))
-        super()._load_from_checkpoint(resume_from_checkpoint, model)
-        self.resumed_from = resume_from_checkpoint  # AverageWeights reads the checkpoint's average from it
-
-    def _evaluate(self, trial, ignore_keys_for_eval, skip_scheduler=False):
-        if self.weight_average is None:
-            return super()._evaluate(trial, ignore_keys_for_eval, skip_scheduler)
-        with self.weight_average.swapped_in():  # scored (and so chosen as the best) with the averaged weights
-            return super()._evaluate(trial, ignore_keys_for_eval, skip_scheduler)
-
-    def _save_optimizer_and_scheduler(self, output_dir):
-        super()._save_optimizer_and_scheduler(output_dir)
-        # Within the checkpoint, before trainer_state.json, which marks it complete (checkpoints.py).
-        if self.weight_average is not None and self.args.should_save:
-            self.weight_average.save(output_dir)
-
-    def _load_best_model(self):
-        super()._load_best_model()
-        if self.weight_average is not None:  # the best checkpoint was scored with its average
-            self.weight_average.load(self.state.best_model_checkpoint)
-
-    # -- LP-FT: a linear probe before fine-tuning (linear_probe.py) ---------------------------------------------
-
-    def set_initial_training_values(self, args, dataloader):
-        values = super().set_initial_training_values(args, dataloader)
-        _, steps_per_epoch, *_, max_steps = values
-        epochs = getattr(args, "linear_probe_epochs", 0.0)
-        self.linear_probe_steps = probe_steps(epochs, steps_per_epoch, max_steps) if epochs > 0 else 0
-        return values
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        if self.lr_scheduler is None and self.linear_probe_steps:
-            self.lr_scheduler = probe_schedule(
-                self.args, optimizer or self.optimizer, num_training_steps, self.linear_probe_steps
-            )
-            self._created_lr_scheduler = True  # Trainer makes a new one for the next train() call
-        return super().create_scheduler(num_training_steps, optimizer)
 
 
 def _has_input_ids(dataset) -> bool:
@@ -329,11 +256,6 @@ def check_training_options(model, training_args) -> None:
     decay = getattr(training_args, "layerwise_lr_decay", 1.0)
     if decay != 1.0:  # a backbone whose layers cannot be found raises a UsageError
         layerwise_learning_rates(backbone_of(model), training_args.learning_rate, decay)
-    if getattr(training_args, "linear_probe_epochs", 0.0) > 0 and not head_parameters(model):
-        raise UsageError(
-            "linear_probe_epochs trains the pooler and head alone first, and this model has no parameters that "
-            "train.py knows as its head."
-        )
     check_label_embedding_options(model, training_args)
     unsmoothed = check_label_smoothing(model, training_args.label_smoothing_factor)
     if unsmoothed:

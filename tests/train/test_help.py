@@ -32,11 +32,12 @@ def test_help_lists_the_label_token_settings_with_their_meaning(capsys):
     for flag in (
         "--label_token_init",
         "--label_token_init_ids",
-        "--label_token_scorer",
-        "--label_token_position",
         "--label_tokens_per_pass",
         "--label_token_layers",
     ):
         assert flag in text
     assert "`label_tokens` only. Where each label's learned token starts" in text
+    # Removed in 0.3 (tests/train/test_removed_options.py): config fields still, flags no more.
+    for flag in ("--label_token_scorer", "--label_token_position", "--classifier_dropout_samples"):
+        assert flag not in text
     assert "A PooledConfig setting." not in text

@@ -192,12 +192,12 @@ def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path,
         "8",
         "--head_learning_rate",
         "3e-3",
-        # Both change what each process's optimizer and saved weights hold (the backbone sits out the first half
-        # epoch; the average is what is evaluated and saved): they must agree across processes too.
-        "--linear_probe_epochs",
-        "0.5",
-        "--ema_decay",
-        "0.5",
+        # The kept training options run on several processes too: layer-wise rates in the optimizer's groups, and
+        # the smoothed loss.
+        "--layerwise_lr_decay",
+        "0.9",
+        "--label_smoothing_factor",
+        "0.1",
     )
     run_on_two_processes(command, tmp_path)
     metrics = json.loads((output_dir / "all_results.json").read_text())

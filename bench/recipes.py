@@ -32,7 +32,7 @@ on fortunes, micro- and macro-F1 on debtags. "train seconds" is the optimisation
 progress, unless it keeps the best checkpoint; leaving that out changes which random numbers later epochs draw, so a
 ``defaults`` run is not bit-identical to a default user run, but is the same method), the same loop timed here for
 the recipe.
-Loading, tokenising and scoring the test split are left out of both. 
+Loading, tokenising and scoring the test split are left out of both.
 
 Every arm gets ``--max_seq_length`` as bench/accuracy.py passes it (128 fortunes, 64 debtags); ``--epochs`` changes
 the budget of every arm alike (the recipe included). Runs go seed by seed, every arm within a seed, so a slow patch

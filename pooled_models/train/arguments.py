@@ -80,7 +80,9 @@ REMOVED_POOLING_AUTO = REMOVED_OPTIONS["auto_poolings"]
 
 
 def removed_option_message(name: str, source: str) -> str:
-    return f"{source} sets {name!r}, which was removed in pooled_models {REMOVED_IN}: {REMOVED_OPTIONS[name]}."
+    return (
+        f"{source} sets {name!r}, which was removed in pooled_models {REMOVED_IN}: {REMOVED_OPTIONS[name]}."
+    )
 
 
 def refuse_removed_options(values: dict[str, Any], source: str) -> None:

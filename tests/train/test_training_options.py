@@ -1,7 +1,6 @@
 """train.py's training options beyond the defaults: layer-wise learning-rate decay, label smoothing and the
 label-token embeddings' own rate and weight decay. The options removed in 0.3: tests/train/test_removed_options.py."""
 
-
 import pytest
 import torch
 from helpers import (

@@ -1,18 +1,14 @@
-"""What a multi-task (or token-classification) train.py run does, step by step: the tasks from the config file ->
-each task's data, checked -> one model with a head per task -> MultiTaskTrainer (task sampling, loss weights, head
-learning rates, frozen parts, curriculum) -> thresholds of multi-label tasks -> a saved model with its card.
+"""The pieces of a run of tasks (pipeline.TaskRun): each task's data, checked; one model with a head per task (or a
+saved token classifier as a one-task model); frozen heads; the decision thresholds of multi-label tasks.
 
 A token-classification run from flags (``--tags_column``) is a run of one token task whose published model is that
-head alone: a ``PooledForTokenClassification`` (``model.export_head``), with metrics named as a single run names them
-(``eval_f1``). It runs inside :func:`pooled_models.train.run.run`, which holds the output folder's lock and has
-already put right what a killed run left; the folder is written and published through the same staging.
+head alone: a ``PooledForTokenClassification`` (``model.export_head``).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from transformers import AutoConfig
@@ -24,40 +20,22 @@ from ..modeling.modeling_token import PooledForTokenClassification
 from ..modeling.problem_types import MULTI_LABEL
 from ..thresholds import positive_weights, tune_thresholds
 from .arguments import FROM_TRAINING_DATA, pooled_config_kwargs
-from .data import Split, prepare_splits, tokenize
+from .data import Split, prepare_splits
 from .errors import DataError, UsageError
 from .label_space import Labels
 from .metrics import logits_of, probabilities
 from .model_setup import (
     MULTI_LABEL_DEFAULT_LOSS,
-    choose_max_length,
     default_label_token_settings,
     leaves_label_token_defaults_unset,
-    load_tokenizer,
-    saved_model_config,
 )
-from .multitask_data import MultiTaskCollator, MultiTaskRows, TaskRows
-from .multitask_trainer import MEAN_SCORE, MultiTaskTrainer, main_metric
-from .outputs import write_results
-from .task_outputs import print_task_summary, task_examples, write_task_card, write_task_predictions
-from .task_specs import TaskSpec, task_specs
-from .token_data import TokenLabels, prepare_token_splits, tokenize_words
-from .trainer import callbacks_for, check_training_options, freeze_backbone
+from .multitask_data import TaskRows
+from .task_specs import TaskSpec
+from .token_data import TokenLabels, prepare_token_splits
 
-__all__ = ["TaskData", "TaskRunResult", "run_tasks"]
+__all__ = ["TaskData", "prepare_task", "build_task_model", "freeze_heads", "tune_task_thresholds"]
 
 logger = logging.getLogger("pooled_models.train")
-
-
-@dataclass
-class TaskRunResult:
-    """What run.py's ``RunResult`` reports: the published folder (None on the processes that do not write), the
-    metrics, the example texts' answers and the parameter count."""
-
-    output_dir: Path | None
-    metrics: dict[str, float]
-    examples: list[Any]
-    parameters: int
 
 
 @dataclass
@@ -76,107 +54,12 @@ class TaskData:
         return self.spec.kind
 
 
-def run_tasks(
-    staging, model_args, data_args, training_args, callbacks, checkpoint, roles, base_model, on_failure
-) -> TaskRunResult:
-    """A multi-task or token-classification run, from the checked arguments to the published folder.
-
-    ``on_failure(staging)`` reports what a failed run keeps (run.py's report, shared by every kind of run)."""
-    single = data_args.tasks is None
-    chosen = pooled_config_kwargs(model_args)
-    # A setting of the whole model (the backbone is shared), not of a task: set on the model once it is built.
-    packed_batches = chosen.pop("packed_batches", None)
-    specs = task_specs(data_args, chosen)
-    saved = saved_model_config(model_args)
-    tasks = {spec.name: _prepare_task(spec, roles, saved, single, model_args.cache_dir) for spec in specs}
-    tokenizer = load_tokenizer(model_args)
-    model = _build_model(model_args, tasks, saved, single, tokenizer)
-    if packed_batches is not None:
-        _set_packed_batches(model, packed_batches)
-    parameters = sum(parameter.numel() for parameter in model.parameters())
-    with training_args.main_process_first(desc="tokenizing"):
-        for task in tasks.values():
-            task.max_length = choose_max_length(task.spec.data.max_seq_length, tokenizer, model)
-            for split in task.splits.values():
-                if task.kind == TOKEN:
-                    tokenize_words(
-                        split,
-                        tokenizer,
-                        task.columns[0],
-                        task.labels,
-                        task.max_length,
-                        task.spec.data.label_all_subtokens,
-                    )
-                else:
-                    data = task.spec.data
-                    tokenize(split, tokenizer, data.text_column, data.text_pair_column, task.max_length)
-    _freeze(model, training_args, specs)
-    if training_args.do_train:
-        check_training_options(model, training_args)
-    _choose_best_model_metric(training_args, model, tasks, single)
-    if training_args.world_size > 1 and len(tasks) > 1:
-        # Each step trains one task's head; the other heads get no gradient in it, which DDP must be told of.
-        training_args.ddp_find_unused_parameters = True
-
-    # Everything is checked: from here on the run writes, into the staging folder only.
-    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
-    if training_args.should_save:
-        staging.create(resuming=checkpoint is not None)
-    training_args.output_dir = str(staging.work)
-    trainer = MultiTaskTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=MultiTaskRows({name: task.splits["train"].encoded for name, task in tasks.items()})
-        if "train" in roles
-        else None,
-        eval_dataset={name: TaskRows(name, task.splits["validation"].encoded) for name, task in tasks.items()}
-        if "validation" in roles
-        else None,
-        processing_class=tokenizer,
-        data_collator=MultiTaskCollator(tokenizer, {name: task.kind for name, task in tasks.items()}),
-        callbacks=callbacks_for(training_args) + list(callbacks),
-        tasks=specs,
-        name_metrics_by_task=not single,
-    )
-    try:
-        metrics = _train_and_evaluate(trainer, tasks, checkpoint, single, staging.work, tokenizer)
-    except BaseException:
-        if trainer.is_world_process_zero():
-            on_failure(staging)
-        raise
-    trainer.accelerator.wait_for_everyone()
-    if not trainer.is_world_process_zero():
-        return TaskRunResult(None, metrics, [], parameters)
-
-    write_task_card(
-        staging.work,
-        staging.final,
-        model,
-        training_args,
-        base_model,
-        tasks,
-        metrics,
-        single=single,
-        pushed=push_to_hub,
-        example_text=(data_args.example_texts or [None])[0],
-    )
-    write_results(staging.work, metrics, training_args)
-    output_dir = staging.publish(keep_checkpoints=training_args.keep_checkpoints)
-    if push_to_hub:
-        from .outputs import push_folder
-
-        push_folder(output_dir, training_args)
-    examples = task_examples(output_dir, data_args.example_texts, single) if data_args.example_texts else []
-    print_task_summary(output_dir, metrics, examples)
-    return TaskRunResult(output_dir, metrics, examples, parameters)
-
-
 # ----------------------------------------------------------------------------------------------------
 # Data
 # ----------------------------------------------------------------------------------------------------
 
 
-def _prepare_task(spec: TaskSpec, roles: list[str], saved, single: bool, cache_dir) -> TaskData:
+def prepare_task(spec: TaskSpec, roles: list[str], saved, single: bool, cache_dir) -> TaskData:
     saved_labels = _saved_labels(spec, saved, single)
     try:
         if spec.kind == TOKEN:
@@ -244,9 +127,19 @@ def _task_settings(task: TaskData) -> dict[str, Any]:
     return settings
 
 
-def _build_model(
+def build_task_model(
     model_args, tasks: dict[str, TaskData], saved, single: bool, tokenizer
 ) -> PooledForMultiTask:
+    """The model of a run of tasks: a saved multi-task model, a saved token classifier, or built on a backbone. The
+    run's packed_batches is a setting of the whole model (the backbone is shared), set once it is built."""
+    model = _task_model(model_args, tasks, saved, single, tokenizer)
+    packed_batches = pooled_config_kwargs(model_args).get("packed_batches")
+    if packed_batches is not None:
+        _set_packed_batches(model, packed_batches)
+    return model
+
+
+def _task_model(model_args, tasks: dict[str, TaskData], saved, single: bool, tokenizer) -> PooledForMultiTask:
     path = model_args.model_name_or_path
     hub = {"revision": model_args.model_revision, "cache_dir": model_args.cache_dir}
     try:
@@ -319,9 +212,8 @@ def _from_token_classifier(token: PooledForTokenClassification, name: str) -> Po
     return model
 
 
-def _freeze(model: PooledForMultiTask, training_args, specs: list[TaskSpec]) -> None:
-    if training_args.freeze_backbone:
-        logger.info("Backbone frozen: %d parameters will not be trained.", freeze_backbone(model))
+def freeze_heads(model: PooledForMultiTask, specs: list[TaskSpec]) -> None:
+    """Freeze the heads of the tasks whose settings say ``freeze_head``."""
     for spec in specs:
         if spec.freeze_head:
             frozen = 0
@@ -331,65 +223,7 @@ def _freeze(model: PooledForMultiTask, training_args, specs: list[TaskSpec]) -> 
             logger.info("Head of task %r frozen: %d parameters will not be trained.", spec.name, frozen)
 
 
-def _choose_best_model_metric(training_args, model, tasks: dict[str, TaskData], single: bool) -> None:
-    """Unless ``metric_for_best_model`` is given: the mean of the tasks' main metrics (``mean_score``), or for one
-    token task its own main metric (entity F1)."""
-    if not training_args.load_best_model_at_end or training_args.best_metric_chosen:
-        return
-    if single:
-        task = next(iter(tasks.values()))
-        metric = main_metric(TOKEN, None, task.labels.names)
-    else:
-        metric = MEAN_SCORE
-    training_args.metric_for_best_model, training_args.greater_is_better = metric, True
-
-
-# ----------------------------------------------------------------------------------------------------
-# Training, thresholds, saving, evaluating
-# ----------------------------------------------------------------------------------------------------
-
-
-def _train_and_evaluate(trainer, tasks: dict[str, TaskData], checkpoint, single: bool, work: Path, tokenizer):
-    metrics: dict[str, float] = {}
-    args = trainer.args
-    if args.do_train:
-        result = trainer.train(resume_from_checkpoint=checkpoint)
-        metrics.update(
-            result.metrics, train_rows=sum(len(task.splits["train"].encoded) for task in tasks.values())
-        )
-        for name, task in tasks.items():
-            metrics[f"train_rows_{name}"] = len(task.splits["train"].encoded)
-        trainer.log_metrics("train", result.metrics)
-        trainer.save_state()
-        _tune_thresholds(trainer, tasks)
-    model = trainer.model
-    if trainer.is_world_process_zero():
-        if single:  # the published model is the token head alone, a PooledForTokenClassification
-            model.export_head(next(iter(tasks)), work, tokenizer=tokenizer)
-        else:
-            trainer.save_model()
-    if args.do_eval:
-        evaluation = trainer.evaluate()
-        trainer.log_metrics("eval", evaluation)
-        metrics.update(evaluation)
-    if args.do_predict:
-        for name, task in tasks.items():
-            test = task.splits["test"]
-            prediction = trainer.predict_task(name, TaskRows(name, test.encoded), "test")
-            if test.labelled:
-                metrics.update(prediction.metrics)
-            if trainer.is_world_process_zero():
-                write_task_predictions(work, name, task, prediction.predictions, model, tokenizer, single)
-        if not single and any(task.splits["test"].labelled for task in tasks.values()):
-            metrics.update(trainer.summary_metrics(metrics, list(tasks), "test"))
-            trainer.log_metrics(
-                "test", {key: value for key, value in metrics.items() if key.startswith("test_")}
-            )
-    metrics["world_size"] = args.world_size
-    return metrics
-
-
-def _tune_thresholds(trainer, tasks: dict[str, TaskData]) -> None:
+def tune_task_thresholds(trainer, tasks: dict[str, TaskData]) -> None:
     """Each multi-label task's decision threshold, tuned on its validation split for ``threshold_average``-F1 (one
     for every label, or one per label with ``--tune_thresholds per_label``; not with ``none``)."""
     args = trainer.args

@@ -25,7 +25,7 @@ from ..modeling.configuration_multitask import SEQUENCE, TASK_KINDS, TOKEN
 from .arguments import DataArguments, parse_pos_weight, pooled_config_fields, refuse_removed_options
 from .errors import UsageError
 
-__all__ = ["TaskSpec", "TRAINING_SETTINGS", "task_specs", "is_task_run", "SINGLE_TOKEN_TASK"]
+__all__ = ["TaskSpec", "TRAINING_SETTINGS", "task_specs", "SINGLE_TOKEN_TASK", "SINGLE_SEQUENCE_TASK"]
 
 # A task's training settings and their defaults.
 TRAINING_SETTINGS = {"loss_weight": 1.0, "head_learning_rate": None, "start_epoch": 0, "freeze_head": False}
@@ -60,8 +60,13 @@ HEAD_SETTINGS = (
     "classifier_hidden_size",
     "classifier_activation",
 )
-# The name of the task of a token-classification run from flags.
+# The name of the task of a token-classification run from flags, and of a sequence-classification run from flags.
 SINGLE_TOKEN_TASK = "tokens"
+SINGLE_SEQUENCE_TASK = "sequence"
+
+
+# Settings of the whole model (the backbone is shared), not of a task: set on the model once it is built.
+MODEL_WIDE_SETTINGS = ("packed_batches",)
 
 
 @dataclass
@@ -76,11 +81,6 @@ class TaskSpec:
     freeze_head: bool = False
 
 
-def is_task_run(data_args) -> bool:
-    """A multi-task run (``tasks``) or a token-classification run (``tags_column``)."""
-    return data_args.tasks is not None or data_args.tags_column is not None
-
-
 def _model_setting_names() -> list[str]:
     return [item.name for item in pooled_config_fields()]
 
@@ -93,9 +93,15 @@ def _run_model_settings(chosen: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def task_specs(data_args, chosen_model_settings: dict[str, Any]) -> list[TaskSpec]:
-    """The run's tasks: from ``data_args.tasks``, or the one token task of a ``--tags_column`` run."""
+    """The run's tasks: from ``data_args.tasks``; else the one task a run from flags is, a token task
+    (``--tags_column``) or a sequence task."""
+    chosen_model_settings = {
+        name: value for name, value in chosen_model_settings.items() if name not in MODEL_WIDE_SETTINGS
+    }
     if data_args.tasks is None:
         data = dataclasses.replace(data_args, tasks=None)
+        if data_args.tags_column is None:
+            return [TaskSpec(SINGLE_SEQUENCE_TASK, SEQUENCE, data, dict(chosen_model_settings))]
         return [TaskSpec(SINGLE_TOKEN_TASK, TOKEN, data, _run_model_settings(chosen_model_settings, TOKEN))]
     tasks = data_args.tasks
     if not isinstance(tasks, dict) or not tasks:

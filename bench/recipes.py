@@ -26,7 +26,7 @@ and each seed, every arm trains on the training split and is scored on the test 
   train.py users do (multi-label runs tune their decision threshold on it).
 * every other arm: train.py's defaults plus the arm's flags, from ``CANDIDATES`` below.
 
-Scores use train.py's own metric functions (``pooled_models.train.metrics.compute_metrics``): accuracy and macro-F1
+Scores use train.py's own metric functions (``pooled_models.train.evaluation.compute_metrics``): accuracy and macro-F1
 on fortunes, micro- and macro-F1 on debtags. "train seconds" is the optimisation loop alone: Trainer's
 ``train_runtime`` for train.py (run with ``--eval_strategy no``: train.py evaluates every epoch only to report
 progress, unless it keeps the best checkpoint; leaving that out changes which random numbers later epochs draw, so a
@@ -77,10 +77,10 @@ from accuracy import (  # noqa: E402  (bench/ is on sys.path: this script's fold
 
 from pooled_models.modeling.problem_types import MULTI_LABEL, SINGLE_LABEL  # noqa: E402
 from pooled_models.sweep.records import write_atomically  # noqa: E402
-from pooled_models.train.arguments import PooledTrainingArguments  # noqa: E402
-from pooled_models.train.metrics import compute_metrics  # noqa: E402
-from pooled_models.train.outputs import json_safe  # noqa: E402
-from pooled_models.train.packaged import resolve_backbone  # noqa: E402
+from pooled_models.train.cli import PooledTrainingArguments  # noqa: E402
+from pooled_models.train.evaluation import compute_metrics  # noqa: E402
+from pooled_models.train.model import resolve_backbone  # noqa: E402
+from pooled_models.train.publish import json_safe  # noqa: E402
 
 RECIPE = "recipe"
 DEFAULTS = "defaults"
@@ -322,7 +322,7 @@ def train_py_arguments(
 
 def train_with_train_py(arguments: list[str], output_dir: Path) -> tuple[dict[str, float], float]:
     """(test metrics, train_runtime) of a train.py run in this process; its output folder is removed."""
-    from pooled_models.train.run import run
+    from pooled_models.train.cli import run
 
     try:
         result = run(arguments)

@@ -1,4 +1,4 @@
-"""The one training pipeline: checked settings -> data -> model -> trainer -> evaluation -> a published folder.
+"""[pipeline] The one training pipeline: checked settings -> data -> model -> trainer -> evaluation -> a published folder.
 
 Every run is a list of task specs; a run given by flags is a list of one. Each step is written once, here: the output
 folder's lock, recovery and checks, tokenizing, the swap of ``push_to_hub``, staging, the report of a failure,
@@ -24,45 +24,56 @@ from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from ..modeling.configuration_multitask import SEQUENCE, TOKEN
 from ..modeling.configuration_pooled import PooledConfig
-from .arguments import FROM_TRAINING_DATA
-from .checkpoints import TRUE_WORDS, resolve_checkpoint
-from .data import tokenize
+from .data import TaskData, TaskSpec, prepare_task
+from .data.batching import MultiTaskCollator, MultiTaskRows, TaskRows
+from .data.sequence import Labels, tokenize
+from .data.token import tokenize_words
 from .errors import UsageError
-from .label_space import Labels
-from .metrics import BEST_MODEL_METRIC, metrics_function
-from .model_setup import (
+from .evaluation import (
+    BEST_MODEL_METRIC,
+    MEAN_SCORE,
+    ThresholdPlan,
+    main_metric,
+    metrics_function,
+    plan_thresholds,
+    tune_on_validation,
+    tune_task_thresholds,
+)
+from .model import (
+    FROM_TRAINING_DATA,
     build_model,
+    build_task_model,
     choose_max_length,
+    freeze_backbone,
+    freeze_heads,
     load_tokenizer,
+    resolve_backbone,
     resolve_multi_label_loss,
     resolve_pos_weight,
     saved_model_config,
     saved_pooled_config,
 )
-from .multitask import TaskData, build_task_model, freeze_heads, prepare_task, tune_task_thresholds
-from .multitask_data import MultiTaskCollator, MultiTaskRows, TaskRows
-from .multitask_trainer import MEAN_SCORE, MultiTaskTrainer, main_metric
-from .outputs import (
+from .output_dir import TRUE_WORDS, StagedOutputDir, resolve_checkpoint
+from .publish import (
     PREDICTIONS_FILE,
     RESULTS_FILE,
     classify_examples,
     print_summary,
+    print_task_summary,
     push_folder,
+    task_examples,
     write_model_card,
     write_predictions,
     write_results,
+    write_task_card,
+    write_task_predictions,
 )
-from .packaged import resolve_backbone
-from .staging import StagedOutputDir
-from .task_outputs import print_task_summary, task_examples, write_task_card, write_task_predictions
-from .task_specs import TaskSpec
-from .threshold_tuning import ThresholdPlan, plan_thresholds, tune_on_validation
-from .token_data import tokenize_words
-from .trainer import PooledTrainer, callbacks_for, check_training_options, freeze_backbone
+from .trainer import MultiTaskTrainer, PooledTrainer, callbacks_for, check_training_options
 
 __all__ = ["RunResult", "ModelFactory", "run_specs", "needed_splits"]
 
 logger = logging.getLogger("pooled_models.train")
+
 
 # (model_args, labels, tokenizer) -> the model to train instead of a pooled one (the sweep's vanilla baseline)
 ModelFactory = Callable[[Any, Labels, Any], Any]
@@ -242,11 +253,6 @@ def _resolve_backbone(model_args) -> str:
         )
     model_args.model_name_or_path, hub_id = resolve_backbone(model_args.model_name_or_path)
     return hub_id or model_args.model_name_or_path
-
-
-# ----------------------------------------------------------------------------------------------------
-# The kinds of run: what differs between one sequence task and a list of tasks
-# ----------------------------------------------------------------------------------------------------
 
 
 def run_kind(model_args, data_args, training_args, specs: list[TaskSpec], model_factory) -> RunKind:

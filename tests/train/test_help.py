@@ -5,7 +5,8 @@ import pytest
 
 from pooled_models import PooledConfig
 from pooled_models.sweep.runner import _parser as sweep_parser
-from pooled_models.train.arguments import _documented_settings, _parser, pooled_config_fields
+from pooled_models.train.cli import _documented_settings, _parser
+from pooled_models.train.model import pooled_config_fields
 
 
 def test_every_pooled_config_setting_is_documented():

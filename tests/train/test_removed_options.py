@@ -13,8 +13,9 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
 from pooled_models import PooledConfig, PooledForSequenceClassification
-from pooled_models.train.arguments import REMOVED_OPTIONS, parse_arguments
+from pooled_models.train.cli import parse_arguments
 from pooled_models.train.errors import UsageError
+from pooled_models.train.options import REMOVED_OPTIONS
 
 # flag -> a value it took, and a figure its message must quote
 REMOVED = {
@@ -77,7 +78,7 @@ def test_a_task_setting_a_removed_option_is_refused_by_name(tiny_backbone_path, 
         f"model_name_or_path: {tiny_backbone_path}\noutput_dir: {tmp_path / 'out'}\ndo_train: true\n"
         f"tasks:\n  topic:\n    kind: sequence\n    train_file: {data}\n    classifier_dropout_samples: 4\n"
     )
-    from pooled_models.train.run import run
+    from pooled_models.train.cli import run
 
     with pytest.raises(
         UsageError, match=r"tasks\['topic'\] sets 'classifier_dropout_samples', which was removed"

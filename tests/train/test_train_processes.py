@@ -27,7 +27,7 @@ KILLED_RUN = textwrap.dedent(
     import os, signal, sys
     import torch
     from transformers import TrainerCallback
-    from pooled_models.train.run import run
+    from pooled_models.train.cli import run
 
     torch.set_num_threads(int(os.environ["TEST_TORCH_THREADS"]))  # as in the test process: same float reductions
 
@@ -211,7 +211,7 @@ def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path,
     # The saved weights are the trained ones: they reproduce the validation accuracy of the run.
     from transformers import AutoTokenizer
 
-    from pooled_models.train.metrics import compute_metrics
+    from pooled_models.train.evaluation import compute_metrics
 
     rows = topic_rows(20, seed=3)
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
@@ -229,7 +229,7 @@ THRESHOLD_REPORTING_RUN = textwrap.dedent(
     """
     import json, sys
     from transformers import TrainerCallback
-    from pooled_models.train.run import run
+    from pooled_models.train.cli import run
 
     class ReportThresholds(TrainerCallback):
         # one file per process: two processes printing to one pipe can interleave their lines
@@ -305,8 +305,8 @@ def test_thresholds_tuned_on_two_processes_are_the_same_everywhere_and_fit_all_v
 TASK_RECORDING_RUN = textwrap.dedent(
     """
     import json, sys
-    from pooled_models.train.multitask_trainer import MultiTaskTrainer
-    from pooled_models.train.run import run
+    from pooled_models.train.trainer import MultiTaskTrainer
+    from pooled_models.train.cli import run
 
     original = MultiTaskTrainer.compute_loss
 

@@ -19,14 +19,11 @@ from transformers import TrainerCallback
 from transformers.trainer_pt_utils import LabelSmoother
 
 from pooled_models.modeling.losses import classification_loss
-from pooled_models.train.arguments import (
-    PooledTrainingArguments,
-    _parser,
-    parse_arguments,
-)
+from pooled_models.train.cli import PooledTrainingArguments, _parser, parse_arguments
 from pooled_models.train.errors import UsageError
-from pooled_models.train.learning_rates import layerwise_learning_rates
-from pooled_models.train.trainer import PooledTrainer, check_training_options, head_parameters
+from pooled_models.train.optim import head_parameters
+from pooled_models.train.options.layerwise_decay import layerwise_learning_rates
+from pooled_models.train.trainer import PooledTrainer, check_training_options
 
 LEARNING_RATE, HEAD_LEARNING_RATE = 1e-3, 1e-2
 

@@ -1,4 +1,7 @@
-"""train.py's arguments: model, data and training settings, from a YAML/JSON config file and flags.
+"""[run] What ``python train.py`` does: parse the arguments into run settings and a list of task specs, and hand them to
+the one pipeline (:mod:`pooled_models.train.pipeline`); report usage, data and disk errors in one line.
+
+[arguments] train.py's arguments: model, data and training settings, from a YAML/JSON config file and flags.
 
 The model arguments are derived from ``PooledConfig``'s own fields, so a pooling or head setting added to
 the config is a command-line flag (and a config-file key) without touching this file. Help texts come from
@@ -6,6 +9,21 @@ the config is a command-line flag (and a config-file key) without touching this 
 
 Nothing here makes transformers run code from a checkpoint or a config file: ``trust_remote_code`` and the
 keys that name code (``auto_map``, ``custom_pipelines``) are refused wherever they appear.
+
+[task_specs] The tasks of a multi-task (or token-classification) run: what the config file's ``tasks`` says, checked.
+
+A multi-task config file holds train.py's usual settings (the backbone, the training settings, the output folder)
+and a ``tasks`` mapping; each task has a ``kind`` (``sequence`` or ``token``) and its own:
+
+* data: ``train_file``, ``validation_file``, ``test_file`` (or ``dataset_name`` ...), and the columns: ``text_column``
+  / ``text_pair_column`` / ``label_column`` (with ``problem_type``, ``label_separator``) for a sequence task,
+  ``words_column`` / ``tags_column`` / ``label_all_subtokens`` for a token task, as train.py's flags of the same name;
+* head: any ``PooledConfig`` setting (``pooling``, ``classifier_head``, ``multi_label_loss``, ``pos_weight``...); a
+  token task takes the head settings only. train.py's own model flags (``--pooling``...) are every task's defaults;
+* training: ``loss_weight`` (the task's loss is multiplied by it), ``head_learning_rate`` (its head's learning rate,
+  else the run's), ``start_epoch`` (the first epoch the task is sampled in: a curriculum), ``freeze_head``.
+
+A token-classification run from flags (``--tags_column``) is a run of one token task built from the data flags.
 """
 
 from __future__ import annotations
@@ -13,93 +31,116 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import errno
 import inspect
 import json
+import logging
 import os
 import re
+import sys
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import transformers
 import yaml
-from transformers import HfArgumentParser, PreTrainedConfig, TrainingArguments
+from transformers import HfArgumentParser, TrainerCallback, TrainingArguments
 
+from ..modeling.configuration_multitask import SEQUENCE, TASK_KINDS, TOKEN
 from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.problem_types import PROBLEM_TYPES
 from ..modeling.registry import POOLINGS
 from ..thresholds import AVERAGES
+from .data import TaskSpec
+from .data.batching import SAMPLING_STRATEGIES
 from .errors import UsageError, program_name
-from .sampling import SAMPLING_STRATEGIES
+from .model import (
+    CLI_MODEL_DEFAULTS,
+    _config_default,
+    parse_pos_weight,
+    pooled_config_fields,
+    pooled_config_kwargs,
+)
+from .options import TRAINING_OPTIONS, refuse_removed_options, require_number
+from .pipeline import ModelFactory, RunResult, needed_splits, run_specs
 
 __all__ = [
+    "RunResult",
+    "run",
+    "main",
+    "needed_splits",
     "ModelArguments",
     "DataArguments",
     "PooledTrainingArguments",
     "CONFIG_FILE_SUFFIXES",
     "REFUSED_KEYS",
-    "pooled_config_fields",
     "model_argument_fields",
-    "pooled_config_kwargs",
-    "parse_pos_weight",
     "THRESHOLD_TUNING",
-    "REMOVED_OPTIONS",
     "read_config_file",
     "parse_arguments",
+    "TRAINING_SETTINGS",
+    "task_specs",
+    "SINGLE_TOKEN_TASK",
+    "SINGLE_SEQUENCE_TASK",
 ]
+
+# The errors of a full disk or a file system that refuses writes (errno names, as OSError reports them).
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of train.py: runs, and reports usage and data errors without a traceback."""
+    try:
+        run(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as error:
+        print(f"{_program()}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        if error.errno not in DISK_ERRORS:
+            raise
+        # A full disk or a read-only file system is the machine's state, not a bug: one line, and what to do.
+        where = f" while writing {error.filename}" if error.filename else ""
+        print(
+            f"{_program()}: error: {error.strerror}{where}. Free some space (or fix the file system) and run again; "
+            "a run that kept a complete checkpoint continues with --resume_from_checkpoint true.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def run(
+    argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factory: ModelFactory | None = None
+) -> RunResult:
+    """Train and/or evaluate as ``argv`` says; ``callbacks`` are added to the Trainer's.
+
+    ``model_factory`` replaces the pooled model by another one, trained and evaluated the same way; such a run
+    writes no model card (the card describes a pooling).
+    """
+    model_args, data_args, training_args = parse_arguments(argv)
+    _set_up_logging(training_args)
+    specs = task_specs(data_args, pooled_config_kwargs(model_args))
+    return run_specs(model_args, data_args, training_args, specs, callbacks, model_factory)
+
+
+def _program() -> str:
+    return program_name("train.py", "pooled-train", "pooled_models.train")
+
+
+def _set_up_logging(training_args) -> None:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    level = training_args.get_process_log_level()
+    logging.getLogger("pooled_models").setLevel(logging.INFO if training_args.should_log else level)
+    transformers.utils.logging.set_verbosity(level)
+
 
 CONFIG_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
+
 # Settings that would make transformers import and run code named by a checkpoint or a config file.
 REFUSED_KEYS = ("trust_remote_code", "auto_map", "custom_pipelines")
-
-# Options removed in 0.3, each after it lost on the project's own benchmarks (bench/recipes.py, 3 seeds; the results
-# stay in bench/results/recipes): name -> what it measured and what to do instead. The CLI refuses each one, from the
-# command line and from a config file, with this text. The three model settings among them stay PooledConfig fields,
-# so a saved model that records them still loads and predicts; train.py no longer sets them.
-REMOVED_IN = "0.3"
-REMOVED_OPTIONS = {
-    "ema_decay": "an exponential moving average of the weights measured -1.2 macro-F1 on fortunes. Train without it: "
-    "the last weights (or, with --load_best_model_at_end, the best checkpoint's) are saved",
-    "linear_probe_epochs": "LP-FT (the pooler and head alone first) measured -0.4 macro-F1 on fortunes. Train "
-    "everything from the start: --head_learning_rate already gives the new head its larger steps",
-    "auto_poolings": "--pooling auto measured -1.1 macro-F1 on fortunes at 1.3x the training time. Compare poolings "
-    "with pooled-sweep (sweep.py) and pass the winner as --pooling",
-    "auto_pooling_budget": "--pooling auto measured -1.1 macro-F1 on fortunes at 1.3x the training time. Compare "
-    "poolings with pooled-sweep (sweep.py) and pass the winner as --pooling",
-    "classifier_dropout_samples": "multi-sample dropout in the head measured -0.7 macro-F1 on fortunes. Leave it out "
-    "(one dropout sample, classifier_dropout as usual); saved models that use it still load",
-    "label_token_scorer": "the 'shared' label-token scorer measured 0.44 against 0.55 for 'per_label' (fortunes "
-    "macro-F1). Leave it out: label tokens score with 'per_label'; saved models that use 'shared' still load",
-    "label_token_position": "label tokens after the text measured -2.7 macro-F1 on fortunes. Leave it out: label "
-    "tokens go before the text; saved models that put them after still load",
-}
-# --pooling auto: the value, refused the same way.
-AUTO_POOLING = "auto"
-REMOVED_POOLING_AUTO = REMOVED_OPTIONS["auto_poolings"]
-
-
-def removed_option_message(name: str, source: str) -> str:
-    return (
-        f"{source} sets {name!r}, which was removed in pooled_models {REMOVED_IN}: {REMOVED_OPTIONS[name]}."
-    )
-
-
-def refuse_removed_options(values: dict[str, Any], source: str) -> None:
-    """A UsageError naming the first removed option (or ``pooling: auto``) that ``values`` sets."""
-    for key in values:
-        name = key.lstrip("-").replace("-", "_").split("=")[0]
-        if name in REMOVED_OPTIONS:
-            raise UsageError(removed_option_message(name, source))
-        if name == "pooling" and _names_auto(key, values[key]):
-            raise UsageError(
-                f"{source} sets pooling 'auto', which was removed in pooled_models {REMOVED_IN}: "
-                f"{REMOVED_POOLING_AUTO}."
-            )
-
-
-def _names_auto(key: str, value: Any) -> bool:
-    return value == AUTO_POOLING or key.endswith(f"={AUTO_POOLING}")
 
 
 def _command_line_settings(argv: list[str]) -> dict[str, Any]:
@@ -112,9 +153,6 @@ def _command_line_settings(argv: list[str]) -> dict[str, Any]:
     return settings
 
 
-# Where train.py's default differs from PooledConfig's (see the README's "Defaults" section for the measurements).
-# multi_label_loss: unset, train.py chooses by problem type (model_setup.resolve_multi_label_loss).
-CLI_MODEL_DEFAULTS: dict[str, Any] = {"multi_label_loss": None}
 CLI_MODEL_HELP = {
     "multi_label_loss": "train.py's default: 'asymmetric' for a multi-label run (measured on the debtags benchmark; "
     "README, Defaults), left unset otherwise.",
@@ -124,47 +162,28 @@ CLI_MODEL_HELP = {
     "'two_way' on both benchmarks; README, Defaults), 'two_way' elsewhere.",
 }
 
-# Settings train.py can also compute from the training split, when given as "auto"; the flag takes text (the word, or
-# the numbers), which parse_pos_weight turns into the config's value. name -> what the help adds.
-FROM_TRAINING_DATA = "auto"
+
 DATA_DERIVED_SETTINGS = {
     "pos_weight": "train.py: 'auto' computes it from the training split's labels (negatives / positives per label); "
     "or give one number per label (--pos_weight 1 4.5 2, or a JSON list).",
 }
 
+
 # --tune_thresholds: how train.py chooses the multi-label decision threshold(s) on the validation split.
 THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
+
 
 # train.py's optimisation defaults where they differ from TrainingArguments' (README, "Defaults"). The head learning
 # rate (bench/recipes.py, 3 seeds): on fortunes 5e-3 gains 4.8 points of macro-F1 over 1e-3 (2e-3: 2.6); on debtags
 # it costs 0.6 of micro-F1 against 1e-3 (0.9 against 2e-3) and gains 3.0 of macro-F1. It is the rate that beats the
 # 30-line recipe (whose head trains at 2e-3) on both.
 HEAD_LEARNING_RATE = 5e-3
+
+
 NUM_TRAIN_EPOCHS = 4.0
+
+
 TRAIN_BATCH_SIZE = 16
-# Training settings of the label-token embeddings (unset: the pooler's and head's rate, the run's weight decay).
-LABEL_EMBEDDING_OPTIONS = ("label_embedding_learning_rate", "label_embedding_weight_decay")
-
-
-def given_label_embedding_options(training_args) -> list[str]:
-    """The label-embedding settings a run gives (LABEL_EMBEDDING_OPTIONS that are set)."""
-    return [name for name in LABEL_EMBEDDING_OPTIONS if getattr(training_args, name, None) is not None]
-
-
-# ----------------------------------------------------------------------------------------------------
-# Model arguments, derived from PooledConfig
-# ----------------------------------------------------------------------------------------------------
-
-
-def _base_config_fields() -> set[str]:
-    return {item.name for item in dataclasses.fields(PreTrainedConfig)}
-
-
-def pooled_config_fields(config_class: type = PooledConfig) -> list[dataclasses.Field]:
-    """PooledConfig's own settings (pooling, head...), without the base config's and ``backbone_config``."""
-    # The removed settings stay config fields (saved models load) but are no longer train.py settings.
-    skipped = _base_config_fields() | {"backbone_config"} | set(REMOVED_OPTIONS)
-    return [item for item in dataclasses.fields(config_class) if item.init and item.name not in skipped]
 
 
 def _resolved_types(config_class: type) -> dict[str, Any]:
@@ -214,14 +233,6 @@ class JSONValue:
             return json.loads(text)
         except json.JSONDecodeError:
             return text
-
-
-def _config_default(config_field: dataclasses.Field) -> Any:
-    if config_field.default is not dataclasses.MISSING:
-        return config_field.default
-    if config_field.default_factory is not dataclasses.MISSING:
-        return config_field.default_factory()
-    return None
 
 
 def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, Any, dataclasses.Field]]:
@@ -282,36 +293,6 @@ class BackboneArguments:
     )
 
 
-def parse_pos_weight(value: Any) -> str | list[float] | None:
-    """``pos_weight`` as a flag or a config file gives it: None, ``"auto"`` or one number per label.
-
-    Accepted: ``--pos_weight auto``, ``--pos_weight 1 4.5 2``, ``--pos_weight '[1, 4.5, 2]'``, and in a config file
-    ``pos_weight: auto`` or ``pos_weight: [1, 4.5, 2]``.
-    """
-    if value is None:
-        return None
-    items = [value] if isinstance(value, str) else list(value)
-    if len(items) == 1 and isinstance(items[0], str):
-        text = items[0].strip()
-        if text == FROM_TRAINING_DATA:
-            return FROM_TRAINING_DATA
-        if text.startswith("["):
-            try:
-                items = json.loads(text)
-            except json.JSONDecodeError:
-                items = None
-    try:
-        numbers = [float(item) for item in items if not isinstance(item, bool)]
-    except (TypeError, ValueError):
-        numbers = []
-    if not numbers or len(numbers) != len(items):
-        raise UsageError(
-            f"pos_weight must be '{FROM_TRAINING_DATA}' (negatives / positives per label in the training split) or "
-            f"one number per label, got {value!r}."
-        )
-    return numbers
-
-
 def _check_model_arguments(self) -> None:
     self.pos_weight = parse_pos_weight(self.pos_weight)
 
@@ -327,23 +308,6 @@ ModelArguments = dataclasses.make_dataclass(
         "__post_init__": _check_model_arguments,
     },
 )
-
-
-def pooled_config_kwargs(model_args) -> dict[str, Any]:
-    """The PooledConfig settings the user chose: those that differ from PooledConfig's own defaults."""
-    chosen = {}
-    for config_field in pooled_config_fields():
-        value = getattr(model_args, config_field.name)
-        if value is None and config_field.name in CLI_MODEL_DEFAULTS:
-            continue  # left to train.py, which fills it in once the problem type is known
-        if value != _config_default(config_field):
-            chosen[config_field.name] = value
-    return chosen
-
-
-# ----------------------------------------------------------------------------------------------------
-# Data arguments
-# ----------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -471,11 +435,6 @@ class DataArguments:
             raise UsageError(
                 "tags_column names the tags of a single-task run; in a multi-task run, set it per task."
             )
-
-
-# ----------------------------------------------------------------------------------------------------
-# Training arguments: TrainingArguments with the defaults measured for pooled classifiers, and a few more
-# ----------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -638,13 +597,9 @@ class PooledTrainingArguments(TrainingArguments):
             raise UsageError(f"sampling_alpha must be a number >= 0, got {self.sampling_alpha!r}.")
         for name in ("head_learning_rate", "label_embedding_learning_rate", "label_embedding_weight_decay"):
             if getattr(self, name) is not None:
-                _require_number(name, getattr(self, name), lambda value: value >= 0, ">= 0 (or unset)")
-        _require_number(
-            "layerwise_lr_decay", self.layerwise_lr_decay, lambda value: 0 < value <= 1, "in (0, 1]"
-        )
-        _require_number(
-            "label_smoothing_factor", self.label_smoothing_factor, lambda value: 0 <= value < 1, "in [0, 1)"
-        )
+                require_number(name, getattr(self, name), lambda value: value >= 0, ">= 0 (or unset)")
+        for option in TRAINING_OPTIONS.values():
+            option.check_arguments(self)
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")
@@ -665,21 +620,10 @@ class PooledTrainingArguments(TrainingArguments):
         super().__post_init__()
 
 
-def _require_number(name: str, value: Any, valid, valid_range: str) -> None:
-    """Refuse a setting that is not a number in its range (a config file's value bypasses argparse's type)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
-        raise UsageError(f"{name} must be a number {valid_range}, got {value!r}.")
-
-
 def _launched_on_several_cpu_processes() -> bool:
     import torch
 
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available()
-
-
-# ----------------------------------------------------------------------------------------------------
-# Parsing: a config file first (optional), then flags that override it
-# ----------------------------------------------------------------------------------------------------
 
 
 def _refuse_code_references(keys, source: str) -> None:
@@ -762,3 +706,166 @@ def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTraining
 def _with_suggestion(key: str, known: set[str]) -> str:
     matches = difflib.get_close_matches(key, known, n=2)
     return f"{key} (did you mean {' or '.join(matches)}?)" if matches else key
+
+
+# A task's training settings and their defaults.
+TRAINING_SETTINGS = {"loss_weight": 1.0, "head_learning_rate": None, "start_epoch": 0, "freeze_head": False}
+
+
+# The data settings a task has of its own; every other data setting is the run's (max_seq_length...).
+TASK_DATA_SETTINGS = (
+    "dataset_name",
+    "dataset_config_name",
+    "train_split_name",
+    "validation_split_name",
+    "test_split_name",
+    "train_file",
+    "validation_file",
+    "test_file",
+    "text_column",
+    "text_pair_column",
+    "label_column",
+    "problem_type",
+    "label_separator",
+    "words_column",
+    "tags_column",
+    "label_all_subtokens",
+    "skip_unseen_labels",
+    "max_train_samples",
+    "max_eval_samples",
+    "max_predict_samples",
+)
+
+
+SEQUENCE_ONLY = ("text_column", "text_pair_column", "label_column", "problem_type", "label_separator")
+
+
+TOKEN_ONLY = ("words_column", "tags_column", "label_all_subtokens")
+
+
+HEAD_SETTINGS = (
+    "classifier_head",
+    "classifier_dropout",
+    "classifier_hidden_size",
+    "classifier_activation",
+)
+
+
+# The name of the task of a token-classification run from flags, and of a sequence-classification run from flags.
+SINGLE_TOKEN_TASK = "tokens"
+
+
+SINGLE_SEQUENCE_TASK = "sequence"
+
+
+# Settings of the whole model (the backbone is shared), not of a task: set on the model once it is built.
+MODEL_WIDE_SETTINGS = ("packed_batches",)
+
+
+def _model_setting_names() -> list[str]:
+    return [item.name for item in pooled_config_fields()]
+
+
+def _run_model_settings(chosen: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The run's model flags a task takes as defaults: all of them for a sequence task, the head's for a token task."""
+    if kind == SEQUENCE:
+        return dict(chosen)
+    return {name: value for name, value in chosen.items() if name in HEAD_SETTINGS}
+
+
+def task_specs(data_args, chosen_model_settings: dict[str, Any]) -> list[TaskSpec]:
+    """The run's tasks: from ``data_args.tasks``; else the one task a run from flags is, a token task
+    (``--tags_column``) or a sequence task."""
+    chosen_model_settings = {
+        name: value for name, value in chosen_model_settings.items() if name not in MODEL_WIDE_SETTINGS
+    }
+    if data_args.tasks is None:
+        data = dataclasses.replace(data_args, tasks=None)
+        if data_args.tags_column is None:
+            return [TaskSpec(SINGLE_SEQUENCE_TASK, SEQUENCE, data, dict(chosen_model_settings))]
+        return [TaskSpec(SINGLE_TOKEN_TASK, TOKEN, data, _run_model_settings(chosen_model_settings, TOKEN))]
+    tasks = data_args.tasks
+    if not isinstance(tasks, dict) or not tasks:
+        raise UsageError(
+            f"tasks must map task names to their settings (kind, data files, columns...), got {tasks!r}."
+        )
+    given = [
+        name
+        for name in ("train_file", "validation_file", "test_file", "dataset_name")
+        if getattr(data_args, name)
+    ]
+    if given:
+        raise UsageError(
+            f"A multi-task run reads each task's data from its own settings; {given[0]} is set for the whole run. "
+            "Put it under the task it belongs to."
+        )
+    return [_task_spec(name, settings, data_args, chosen_model_settings) for name, settings in tasks.items()]
+
+
+def _task_spec(name: Any, settings: Any, data_args, chosen_model_settings: dict[str, Any]) -> TaskSpec:
+    where = f"tasks[{name!r}]"
+    if not isinstance(settings, dict):
+        raise UsageError(f"{where} must be a mapping of settings, got {type(settings).__name__}.")
+    settings = dict(settings)
+    refuse_removed_options(settings, where)
+    kind = settings.pop("kind", None)
+    if kind not in TASK_KINDS:
+        raise UsageError(f"{where} needs a kind: one of {', '.join(map(repr, TASK_KINDS))}; got {kind!r}.")
+    not_for_kind = TOKEN_ONLY if kind == SEQUENCE else SEQUENCE_ONLY
+    model_names = _model_setting_names() if kind == SEQUENCE else list(HEAD_SETTINGS)
+    known = set(TASK_DATA_SETTINGS) - set(not_for_kind) | set(model_names) | set(TRAINING_SETTINGS)
+    for key in settings:
+        if key not in known:
+            if key in not_for_kind or key in _model_setting_names():
+                raise UsageError(f"{where}: {key!r} does not apply to a {kind} task.")
+            matches = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {matches[0]}?)" if matches else ""
+            raise UsageError(
+                f"{where}: unknown setting {key!r}{hint}. A {kind} task's settings are: kind, {', '.join(sorted(known))}."
+            )
+    data_settings = {key: settings[key] for key in TASK_DATA_SETTINGS if key in settings}
+    if kind == TOKEN:
+        data_settings.setdefault("tags_column", "tags")
+    try:
+        data = dataclasses.replace(data_args, tasks=None, example_texts=None, **data_settings)
+    except UsageError as error:
+        raise UsageError(f"{where}: {error}") from error
+    if not any(data.files().values()) and not data.dataset_name:
+        raise UsageError(f"{where} has no data: give its train_file (and validation_file, test_file).")
+    model = {
+        **_run_model_settings(chosen_model_settings, kind),
+        **{key: settings[key] for key in model_names if key in settings},
+    }
+    if "pos_weight" in model:
+        model["pos_weight"] = parse_pos_weight(model["pos_weight"])
+    training = {key: settings.get(key, default) for key, default in TRAINING_SETTINGS.items()}
+    _check_training_settings(where, training)
+    return TaskSpec(str(name), kind, data, model, **training)
+
+
+def _number(value: Any) -> Any:
+    # YAML reads 1e-3 (no dot) as text; argparse converts the run's own flags, a task's settings are converted here.
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _check_training_settings(where: str, training: dict[str, Any]) -> None:
+    training["loss_weight"] = _number(training["loss_weight"])
+    training["head_learning_rate"] = _number(training["head_learning_rate"])
+    weight = training["loss_weight"]
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+        raise UsageError(f"{where}: loss_weight must be a number >= 0, got {weight!r}.")
+    rate = training["head_learning_rate"]
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0):
+        raise UsageError(f"{where}: head_learning_rate must be a number >= 0, got {rate!r}.")
+    start = training["start_epoch"]
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise UsageError(
+            f"{where}: start_epoch must be an integer >= 0 (the first epoch is 0), got {start!r}."
+        )
+    if not isinstance(training["freeze_head"], bool):
+        raise UsageError(f"{where}: freeze_head must be true or false, got {training['freeze_head']!r}.")

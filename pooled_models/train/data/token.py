@@ -1,4 +1,4 @@
-"""Data for token classification (NER, tagging): a words column and a tags column, checked, and aligned to sub-words.
+"""[token_data] Data for token classification (NER, tagging): a words column and a tags column, checked, and aligned to sub-words.
 
 Rows hold a list of words and a list of tags, one per word (jsonl/json/parquet: ``{"words": [...], "tags": [...]}``),
 or come from a CoNLL-style file (``.conll``: one word a line, its tag in the last column, a blank line between
@@ -19,9 +19,9 @@ from typing import Any
 
 from datasets import Dataset, Features, Sequence, Value
 
-from .data import Split, _read_file, limit_rows, load_splits
-from .errors import DataError, UsageError, where
-from .fingerprint import tokenizing_fingerprint
+from ..errors import DataError, UsageError, where
+from .batching import tokenizing_fingerprint
+from .sequence import Split, _read_file, limit_rows, load_splits
 
 __all__ = [
     "CONLL_SUFFIXES",
@@ -38,9 +38,16 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
 CONLL_SUFFIXES = (".conll",)
+
+
 CONLL_COLUMNS = ("words", "tags")  # the columns a CoNLL file is read into
+
+
 OUTSIDE = "O"  # the tag of words outside every entity, which sorts first
+
+
 IGNORED = -100
 
 

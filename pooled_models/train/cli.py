@@ -1,30 +1,12 @@
-"""[run] What ``python train.py`` does: parse the arguments into run settings and a list of task specs, and hand them to
-the one pipeline (:mod:`pooled_models.train.pipeline`); report usage, data and disk errors in one line.
+"""The command line (``train.py``, ``pooled-train``, ``python -m pooled_models.train``): argv and an optional
+YAML/JSON config file -> the run settings (model, data and training arguments) and the list of task specs, handed to
+the pipeline; usage, data and disk errors reported in one line.
 
-[arguments] train.py's arguments: model, data and training settings, from a YAML/JSON config file and flags.
-
-The model arguments are derived from ``PooledConfig``'s own fields, so a pooling or head setting added to
-the config is a command-line flag (and a config-file key) without touching this file. Help texts come from
-``PooledConfig``'s docstring, where every setting is documented once.
-
-Nothing here makes transformers run code from a checkpoint or a config file: ``trust_remote_code`` and the
-keys that name code (``auto_map``, ``custom_pipelines``) are refused wherever they appear.
-
-[task_specs] The tasks of a multi-task (or token-classification) run: what the config file's ``tasks`` says, checked.
-
-A multi-task config file holds train.py's usual settings (the backbone, the training settings, the output folder)
-and a ``tasks`` mapping; each task has a ``kind`` (``sequence`` or ``token``) and its own:
-
-* data: ``train_file``, ``validation_file``, ``test_file`` (or ``dataset_name`` ...), and the columns: ``text_column``
-  / ``text_pair_column`` / ``label_column`` (with ``problem_type``, ``label_separator``) for a sequence task,
-  ``words_column`` / ``tags_column`` / ``label_all_subtokens`` for a token task, as train.py's flags of the same name;
-* head: any ``PooledConfig`` setting (``pooling``, ``classifier_head``, ``multi_label_loss``, ``pos_weight``...); a
-  token task takes the head settings only. train.py's own model flags (``--pooling``...) are every task's defaults;
-* training: ``loss_weight`` (the task's loss is multiplied by it), ``head_learning_rate`` (its head's learning rate,
-  else the run's), ``start_epoch`` (the first epoch the task is sampled in: a curriculum), ``freeze_head``.
-
-A token-classification run from flags (``--tags_column``) is a run of one token task built from the data flags.
-"""
+The model arguments are derived from ``PooledConfig``'s own fields, so a pooling or head setting added to the config
+is a flag (and a config-file key) without touching this file; help texts come from its docstring. The options removed
+in 0.3 are refused by name (options/). Nothing here makes transformers run code from a checkpoint or a config file:
+``trust_remote_code`` and the keys that name code (``auto_map``, ``custom_pipelines``) are refused wherever they
+appear. A multi-task config file holds a ``tasks`` mapping (see :func:`task_specs`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""[errors] The errors a user can fix: train.py and sweep.py print them as one line, without a traceback, and exit 2.
+"""The errors a user can fix: train.py and sweep.py print them as one line, without a traceback, and exit 2.
 A small shared piece: imports nothing.
 """
 

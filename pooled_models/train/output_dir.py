@@ -1,30 +1,6 @@
-"""[staging] A run's output folder: locked while the run lives, written in a staging folder, published whole.
-
-Next to ``output_dir`` (``out`` below) a run uses:
-
-* ``out.lock``: held (``flock``) for the life of the run and naming it (pid, host, start time, command), so a second
-  run on the same folder is refused at once; the kernel drops the lock when a process dies, however it dies, so a
-  lock left by a killed run is recognised as stale;
-* ``out.incomplete``: the work folder, where Trainer writes its checkpoints, then the final model, card and results;
-* ``out.replaced``: only while publishing, the previous model moved aside.
-
-Both the work folder and the published folder hold ``pooled_models_run.json``, the run record: that a train.py run
-wrote the folder, whether the run finished, and (once finished) the entries the published folder consists of. A
-later run reads it to tell a folder it may replace from one holding anything else, and a finished model that must
-be published from leftovers it may remove.
-
-Publishing: the record is marked finished (written atomically), the checkpoints are removed, ``out`` is moved to
-``out.replaced``, ``out.incomplete`` is renamed to ``out``, and ``out.replaced`` is removed. A kill at any point
-leaves the old model or the new one intact, and the next run on the same ``output_dir`` (whatever its other
-arguments) first completes or rolls back the interrupted publish and says what it did (:meth:`recover`).
-
-[checkpoints] Trainer checkpoints: which ones are complete, and which one ``--resume_from_checkpoint`` continues from.
-
-Trainer writes a checkpoint folder file by file (weights, optimizer, scheduler, RNG states, and
-``trainer_state.json`` last) with no atomic rename, so a kill or a full disk can leave a newest checkpoint that
-holds only part of it. Resuming from such a folder fails deep inside Trainer; here it is recognised, skipped with
-the reason, and the newest complete one is used instead.
-"""
+"""output_dir, safely: the lock one process holds for the whole run, the run record, the staging folder the
+run writes into (``<output_dir>.incomplete``), publishing it by rename only once the run succeeded, recovering what a
+killed run left, and the complete checkpoints a run can resume from (safetensors weights, trainer state written last)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""[pipeline] The one training pipeline: checked settings -> data -> model -> trainer -> evaluation -> a published folder.
+"""The one training pipeline: checked settings -> data -> model -> trainer -> evaluation -> a published folder.
 
 Every run is a list of task specs; a run given by flags is a list of one. Each step is written once, here: the output
 folder's lock, recovery and checks, tokenizing, the swap of ``push_to_hub``, staging, the report of a failure,

@@ -1,13 +1,6 @@
-"""[model_card] The model card (README.md) of a trained model, rendered from the template in ``templates/`` (package data) with
-huggingface_hub's ``ModelCard``: Hub metadata (library, pipeline tag, datasets, metrics, evaluation results),
-what the pooling does, the training settings, the evaluation table and code to load the model.
-
-[outputs] What a finished train.py run writes and shows: predictions, results, the model card, the Hub upload, the
-pipeline's answers for a few texts and the closing summary.
-
-[task_outputs] What a multi-task or token-classification run writes and shows: each task's predictions, the model card that
-describes every head and its metrics, and the saved model's answers for a few texts.
-"""
+"""What a finished run writes besides the model: predictions in input order, all_results.json, the model card
+(rendered from the templates with the run's facts: one builder of training-settings rows for every kind of run), the
+push of the finished folder, and the summary printed at the end."""
 
 from __future__ import annotations
 

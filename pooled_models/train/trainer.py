@@ -1,14 +1,6 @@
-"""[trainer] Training pieces for train.py: a Trainer with a separate learning rate for the pooler and head, batches with little
-padding, backbone freezing and early stopping.
-
-[multitask_trainer] The Trainer of a multi-task run: task-homogeneous batches from the task sampler, each task's loss weight and head
-learning rate, and evaluation task by task (``eval_<task>_<metric>``, plus ``eval_mean_score``, the mean of every
-task's main metric, which best-model selection can use).
-
-A model forward takes one task's batch (``model(**batch)`` with ``batch["task"]``) and returns that task's logits and
-loss, as a single-task model would: Trainer's loss, its ``label_ids``, its gathering across processes and its
-``load_best_model_at_end`` work unchanged.
-"""
+"""The Trainer of train.py: ``PooledTrainer`` (the pooler's and head's own learning rate, the training options'
+rate and loss rules, batches with little padding, predictions in input order) and ``MultiTaskTrainer`` (task-sampled
+batches, each task's loss weight and head rate, evaluation task by task over a dict of evaluation datasets)."""
 
 from __future__ import annotations
 
@@ -91,7 +83,13 @@ class PooledTrainer(Trainer):
             loss = loss if replaced is None else replaced
         return (loss, outputs) if return_outputs else loss
 
+    # The three private overrides that stay (the EMA ones went with EMA). Trainer has no public hook for the sampler:
+    # get_train_dataloader / get_eval_dataloader would have to be rewritten whole (column removal, workers, seeding,
+    # accelerator.prepare, the per-dataset persistent loaders) to change it, which is more code that can drift than
+    # these overrides. tests/train/test_trainer_seams.py fails if Trainer stops calling them, or changes their
+    # signatures.
     def _get_train_sampler(self, train_dataset=None):
+        # Why private: the sampler of the training dataloader, for length-grouped batches read column-wise.
         dataset = self.train_dataset if train_dataset is None else train_dataset
         if self.args.train_sampling_strategy != "group_by_length" or not _has_input_ids(dataset):
             return super()._get_train_sampler(train_dataset)
@@ -100,6 +98,7 @@ class PooledTrainer(Trainer):
         return LengthGroupedRowSampler(token_lengths(dataset), self.args.train_batch_size)
 
     def _get_eval_sampler(self, eval_dataset):
+        # Why private: the sampler of the evaluation and prediction dataloaders (longest text first, or input order).
         if not _sorts_evaluation(self.args, eval_dataset):
             if eval_dataset is None or self.args.world_size > 1:
                 return super()._get_eval_sampler(eval_dataset)
@@ -111,6 +110,8 @@ class PooledTrainer(Trainer):
         return sampler
 
     def _get_dataloader(self, dataset, description, batch_size, sampler_fn=None, is_training=False, **kwargs):
+        # Why private: the one place evaluation and prediction loaders are built, where their batches are cut to
+        # sorted lengths; overriding get_eval_dataloader and get_test_dataloader would duplicate both.
         loader = super()._get_dataloader(
             dataset, description, batch_size, sampler_fn=sampler_fn, is_training=is_training, **kwargs
         )

@@ -1,4 +1,6 @@
-""" """
+"""The data of a run, task by task: a task spec (what the command line or a config file's ``tasks`` says) ->
+its splits read and checked, and its label space (sequence.py for sequence tasks, token.py for token tasks; batching.py
+makes batches of them)."""
 
 from __future__ import annotations
 

@@ -1,48 +1,6 @@
-"""[batching] Batches with little padding: length-grouped training batches, length-sorted evaluation and prediction batches,
-and the predictions put back in input order.
-
-A padded position costs the backbone as much as a real token. Texts in random order (the Trainer's default) make
-every batch as long as its longest text; on real text of mixed length most computed positions are then padding.
-Training keeps its randomness: rows are shuffled, cut in groups of 50 batches, sorted by length within each group
-(transformers' ``LengthGroupedSampler`` does the same with groups of at most a quarter of the data, which on a few
-hundred rows leaves a fifth of the computed positions padding), and the batches of an epoch are shuffled; evaluation and prediction need no randomness, so their batches are fully sorted, longest first (a batch that does
-not fit in memory fails at once, not at the end), cut short where padding would pass 5% of a batch, and the outputs
-are restored to the dataset's order.
-
-[fingerprint] A fingerprint for tokenizing a dataset, without pickling the tokenizer.
-
-``datasets.Dataset.map`` names its result (the fingerprint that keys its cache) by hashing the function with dill,
-which pickles whatever the function closes over: the tokenizer, vocabulary included, takes 0.7 s a split for a BERT
-vocabulary, several seconds of every train.py start. This hashes what decides the result instead: the dataset's
-own fingerprint, the source of the module the function is written in (the function and the helpers it calls), the
-tokenizer's serialised form and settings, and every other value the function closes over.
-
-[sampling] Task sampling for multi-task training: which task each batch of an epoch comes from, and which of its rows.
-
-Every batch holds rows of one task (its head and its loss), drawn by one of three strategies over the tasks that
-are active in that epoch:
-
-* ``proportional``: each task gets batches in proportion to its size; with every task active, an epoch is exactly one
-  pass over every task's rows.
-* ``temperature``: task t gets batches in proportion to size_t ** alpha (``sampling_alpha``): 1 is proportional, 0
-  is uniform, values between lift small tasks without drowning the large ones (0.5 is a common choice).
-* ``round_robin``: the tasks take turns, batch by batch: every task gets the same number of batches.
-
-An epoch always has the same number of batches (the batches one pass over every task takes), so Trainer's schedule,
-its step counts and resuming hold. A curriculum (``start_epoch`` per task) keeps a task out of the epochs before its
-start: the tasks that start first fill those epochs, and see their rows more often.
-
-A task whose share is larger than its rows repeats them (a fresh order each time); one whose share is smaller sees a
-different part of its rows each epoch. Given the rows' token counts (``lengths``), each pass groups rows of similar
-length into batches as single-task training does (``batching.length_grouped_batches``), so a batch carries little
-padding; without them, batches are random. The plan of an epoch depends only on the seed and the epoch, so a resumed run
-draws the batches an uninterrupted one would. Under ``accelerate launch`` with N processes, batches come in groups of
-N of the same task: Accelerate hands the i-th batch of each group to process i, so every process trains the same
-task's head in a step.
-
-[multitask_data] The data of a multi-task run: every task's rows behind one index (for the task sampler), one task's rows for its
-evaluation, and a collator that pads a batch the way its task needs (labels per token padded with -100).
-"""
+"""How rows become batches: length-grouped training batches and length-sorted evaluation batches (little
+padding), the fingerprint that lets tokenized datasets be cached, and for runs of tasks the task rows, the
+task-homogeneous batch sampler (proportional, temperature, round robin, curriculum) and the collator."""
 
 from __future__ import annotations
 

@@ -1,32 +1,5 @@
-"""[data] Data for train.py: read the splits, check them, attach the labels and tokenize.
-
-Every check runs before a model is built or a folder is written, and every error names the file (or Hub
-split), the column and the row (rows count from 0, header excluded, as ``datasets`` and pandas count them).
-Problems with a file's text itself (not UTF-8, a line that is not JSON) name the line instead, counting from 1
-as editors do, since such a line may be no row at all.
-
-Nothing is written while reading and checking, except by ``datasets`` itself: ``load_dataset`` converts every
-file it reads to Arrow in its cache (``~/.cache/huggingface/datasets``, or ``--cache_dir``), even a file that
-is then refused.
-
-[label_space] Labels for train.py: the problem type detected from the data, the label names, and the model's targets.
-
-The label space comes from the training split (or, when only evaluating, from a trained model's config), so
-``label2id`` is saved with the model and a validation or test label that training never saw is caught here
-instead of becoming a wrong class id.
-
-Problem types, from the label column's type (``problem_type`` overrides):
-
-* strings, integers, booleans or a ``ClassLabel``: single-label classification, one class per row;
-* lists (of names, integers or a ``ClassLabel``), or strings split by ``label_separator``: multi-label;
-* floats: regression (one number per row).
-
-A label column holds one kind of value, and lists and dicts are never turned into text: a column mixing kinds (a
-list among strings, ``0`` among ``"account"``), a dict (a struct in parquet), or a list holding lists, dicts or floats
-is refused, naming the first row at fault. Two things are only warned about, since they can be meant: floats that
-are all whole numbers (kept as regression), and a label space where more than half the classes occur in a single
-training row (a wrong ``label_column``, such as an id, looks like that).
-"""
+"""Sequence-classification data: reading local files and Hub datasets with errors that name the file, column
+and row; the label space (single-label, multi-label, regression) checked across splits; tokenizing."""
 
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
-"""[label_smoothing] Label smoothing (``--label_smoothing_factor``, transformers' own argument) done right for every kind of head.
+"""Label smoothing (``--label_smoothing_factor``, transformers' own argument) done right for every kind of head.
 
-transformers' Trainer smooths with its ``LabelSmoother``: it takes the labels away from the model and computes a
-softmax cross-entropy from the logits. That is right for a single-label classifier only. For a multi-label model the
-Trainer turns smoothing off with a warning (the run trains unsmoothed), for a regression model it fails (class ids are
-expected), and in a multi-task run it would apply a softmax cross-entropy to every task's logits. Here the smoothed
-loss follows the batch's problem type instead:
-
-* single-label and token classification: cross-entropy against ``1 - ε`` on the true class plus ``ε`` spread evenly
-  over all classes (what ``torch.nn.functional.cross_entropy(label_smoothing=ε)`` computes);
-* multi-label: the run's multi-label loss (BCE, focal or asymmetric, with its ``pos_weight``) on the targets
-  ``y (1 - ε) + ε / 2``: each label's 0/1 target is pulled towards 1/2 by ``ε / 2``;
-* regression: nothing to smooth. A regression run is refused; a multi-task run's regression tasks keep their loss.
-
-Only the training loss is smoothed: evaluation losses stay the model's own, comparable between runs with and
-without smoothing.
-"""
+transformers' Trainer smooths with its ``LabelSmoother``: softmax cross-entropy from the logits, right for a
+single-label classifier only. Here the smoothed loss follows the batch's problem type: single-label and token
+classification use cross-entropy against ``1 - ε`` on the true class plus ``ε`` spread over all classes; multi-label
+runs train their multi-label loss on targets ``y (1 - ε) + ε / 2``; regression has nothing to smooth (a regression run
+is refused; a multi-task run's regression tasks keep their loss). Only the training loss is smoothed."""
 
 from __future__ import annotations
 

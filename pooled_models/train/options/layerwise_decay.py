@@ -1,10 +1,6 @@
-"""[learning_rates] Learning rates by depth: layer-wise learning-rate decay (``--layerwise_lr_decay``).
-
-The layers nearest the input hold the most general features and the least task-specific ones, so fine-tuning
-changes them least: layer i of L trains at ``learning_rate x decay^(L-1-i)`` (the top layer at the full rate), the
-embeddings one step lower still, at ``decay^L``. A backbone's layers are found by the number in their parameter
-names, which every family built into transformers spells one of a few ways, so no model type needs its own table.
-"""
+"""Layer-wise learning-rate decay (``--layerwise_lr_decay``): backbone layer i of L trains at
+``learning_rate x decay^(L-1-i)``, the embeddings at ``learning_rate x decay^L``; the layers are found by the numbers
+in the backbone's parameter names (a backbone without them is refused before anything is written)."""
 
 from __future__ import annotations
 

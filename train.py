@@ -11,7 +11,7 @@ Run ``python train.py --help`` for every setting; the README's "Training with tr
 
 import sys
 
-from pooled_models.train.run import main
+from pooled_models.train.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

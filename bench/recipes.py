@@ -2,7 +2,7 @@
 on the same data, backbone, seeds and budget, in one run.
 
     python bench/recipes.py                       # fortunes and debtags, seeds 1 2 3, every arm: hours
-    python bench/recipes.py --arms recipe,defaults,llrd_0.8,lp_ft_0.5,ema_0.99,label_smoothing_0.1
+    python bench/recipes.py --arms recipe,defaults,llrd_0.8,label_smoothing_0.1
     python bench/recipes.py --datasets fortunes --arms recipe,defaults --seeds 1 2 3 4 5
     python bench/recipes.py --resume              # continue an interrupted run (its finished runs are skipped)
     python bench/recipes.py --datasets fortunes --merge-from /tmp/core1   # add another process's runs to the table
@@ -26,14 +26,13 @@ and each seed, every arm trains on the training split and is scored on the test 
   train.py users do (multi-label runs tune their decision threshold on it).
 * every other arm: train.py's defaults plus the arm's flags, from ``CANDIDATES`` below.
 
-Scores use train.py's own metric functions (``pooled_models.train.metrics.compute_metrics``): accuracy and macro-F1
+Scores use train.py's own metric functions (``pooled_models.train.evaluation.compute_metrics``): accuracy and macro-F1
 on fortunes, micro- and macro-F1 on debtags. "train seconds" is the optimisation loop alone: Trainer's
 ``train_runtime`` for train.py (run with ``--eval_strategy no``: train.py evaluates every epoch only to report
 progress, unless it keeps the best checkpoint; leaving that out changes which random numbers later epochs draw, so a
 ``defaults`` run is not bit-identical to a default user run, but is the same method), the same loop timed here for
 the recipe.
-Loading, tokenising and scoring the test split are left out of both. A ``--pooling auto`` arm adds its search's
-training loops (``auto_pooling.train_seconds`` in the run's results), which are part of what the arm costs.
+Loading, tokenising and scoring the test split are left out of both.
 
 Every arm gets ``--max_seq_length`` as bench/accuracy.py passes it (128 fortunes, 64 debtags); ``--epochs`` changes
 the budget of every arm alike (the recipe included). Runs go seed by seed, every arm within a seed, so a slow patch
@@ -78,11 +77,10 @@ from accuracy import (  # noqa: E402  (bench/ is on sys.path: this script's fold
 
 from pooled_models.modeling.problem_types import MULTI_LABEL, SINGLE_LABEL  # noqa: E402
 from pooled_models.sweep.records import write_atomically  # noqa: E402
-from pooled_models.train.arguments import PooledTrainingArguments  # noqa: E402
-from pooled_models.train.metrics import compute_metrics  # noqa: E402
-from pooled_models.train.outputs import json_safe  # noqa: E402
-from pooled_models.train.packaged import resolve_backbone  # noqa: E402
-from pooled_models.train.pooling_search import SEARCH_RESULTS_KEY  # noqa: E402
+from pooled_models.train.cli import PooledTrainingArguments  # noqa: E402
+from pooled_models.train.evaluation import compute_metrics  # noqa: E402
+from pooled_models.train.model import resolve_backbone  # noqa: E402
+from pooled_models.train.publish import json_safe  # noqa: E402
 
 RECIPE = "recipe"
 DEFAULTS = "defaults"
@@ -114,41 +112,26 @@ CANDIDATES: dict[str, list[str]] = {
     # Candidates measured at the earlier head learning rate (1e-3), against head_lr_1e-3
     "pooling_mean_max@1e-3": [*BEFORE, "--pooling", "mean_max"],
     "llrd_0.9@1e-3": [*BEFORE, "--layerwise_lr_decay", "0.9"],
-    # LP-FT: the probe is part of the budget (4 epochs by default); an --epochs at or under it fails these arms
-    "lp_ft_0.5@1e-3": [*BEFORE, "--linear_probe_epochs", "0.5"],
-    # Multi-sample dropout: the head averaged over 4 dropout samples in training (MiniLM's dropout, 0.1)
-    "msd_4@1e-3": [*BEFORE, "--classifier_dropout_samples", "4"],
     "warmup_0@1e-3": [*BEFORE, "--warmup_steps", "0"],
     "pooling_mean_max@2e-3": ["--head_learning_rate", "2e-3", "--pooling", "mean_max"],
-    # Candidates on the current defaults
+    # Candidates on the current defaults. The arms of the options removed in 0.3 (LP-FT, EMA, multi-sample dropout,
+    # --pooling auto, label tokens after the text, the shared label-token scorer) are gone: their runs stay in
+    # bench/results/recipes as the record of what they measured.
     "pooling_mean_max": ["--pooling", "mean_max"],
     "pooling_attention": ["--pooling", "attention"],
     "llrd_0.8": ["--layerwise_lr_decay", "0.8"],
     "llrd_0.9": ["--layerwise_lr_decay", "0.9"],
     "label_smoothing_0.1": ["--label_smoothing_factor", "0.1"],
-    "lp_ft_0.5": ["--linear_probe_epochs", "0.5"],
-    "lp_ft_1": ["--linear_probe_epochs", "1"],
-    # An average spans about 1 / (1 - decay) steps: 100 and 200, against about 250 (fortunes) and 375 (debtags on
-    # 2500 packages)
-    "ema_0.99": ["--ema_decay", "0.99"],
-    "ema_0.995": ["--ema_decay", "0.995"],
     "warmup_0.06": ["--warmup_steps", "0.06"],
     "warmup_0": ["--warmup_steps", "0"],
-    "msd_4": ["--classifier_dropout_samples", "4"],
-    # The pooling chosen by a search on the validation split: mean, mean_max, attention, lstm, each trained for
-    # 1/16 of the run (the default budget) or a quarter of it (1 epoch each: the search costs as much as the run)
-    "pooling_auto": ["--pooling", "auto"],
-    "pooling_auto_0.25": ["--pooling", "auto", "--auto_pooling_budget", "0.25"],
     # Label tokens (issue 16, part 3: why they trail mean pooling on fortunes): train.py's defaults (the top 2
     # layers, one-way attention), two-way attention (its default before these runs: the arms measured then pin it,
-    # "@two_way"), full insertion, and one change each to the scorer, the initialisation, the position and the label
+    # "@two_way"), full insertion, and one change each to the initialisation and the label
     # embeddings' own learning rate (a tenth of the head's) and weight decay (none).
     "label_tokens": [*LABEL_TOKENS],
     "label_tokens_two_way": [*LABEL_TOKENS, *TWO_WAY],
     "label_tokens_all": [*LABEL_TOKENS, "--label_token_layers", "all"],
     "label_tokens_random_init": [*LABEL_TOKENS, "--label_token_init", "random"],
-    "label_tokens_after_text": [*LABEL_TOKENS, "--label_token_position", "-1"],
-    "label_tokens_shared@two_way": [*LABEL_TOKENS, *TWO_WAY, "--label_token_scorer", "shared"],
     "label_tokens_random_init@two_way": [*LABEL_TOKENS, *TWO_WAY, "--label_token_init", "random"],
     "label_tokens_embedding_lr_5e-4@two_way": [
         *LABEL_TOKENS,
@@ -339,7 +322,7 @@ def train_py_arguments(
 
 def train_with_train_py(arguments: list[str], output_dir: Path) -> tuple[dict[str, float], float]:
     """(test metrics, train_runtime) of a train.py run in this process; its output folder is removed."""
-    from pooled_models.train.run import run
+    from pooled_models.train.cli import run
 
     try:
         result = run(arguments)
@@ -347,9 +330,7 @@ def train_with_train_py(arguments: list[str], output_dir: Path) -> tuple[dict[st
         shutil.rmtree(output_dir, ignore_errors=True)
         shutil.rmtree(output_dir.with_name(output_dir.name + ".incomplete"), ignore_errors=True)
     metrics = {key: value for key, value in result.metrics.items() if key.startswith("test_")}
-    # --pooling auto trained every candidate before the run: those loops are part of the arm's cost.
-    search_seconds = result.metrics.get(SEARCH_RESULTS_KEY, {}).get("train_seconds", 0.0)
-    return metrics, float(result.metrics["train_runtime"]) + float(search_seconds)
+    return metrics, float(result.metrics["train_runtime"])
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -51,9 +51,9 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-import pooled_models.train.run as train_run  # noqa: E402
-from pooled_models.train.arguments import TRAIN_BATCH_SIZE  # noqa: E402
-from pooled_models.train.metrics import compute_metrics  # noqa: E402
+import pooled_models.train.cli as train_run  # noqa: E402
+from pooled_models.train.cli import TRAIN_BATCH_SIZE  # noqa: E402
+from pooled_models.train.evaluation import compute_metrics  # noqa: E402
 
 MAX_SEQ_LENGTH = {
     "fortunes": 128,

@@ -315,7 +315,7 @@ FAST = [
 
 
 def train(backbone: str, output_dir: Path, *flags: str, callbacks=()):
-    from pooled_models.train.run import run
+    from pooled_models.train.cli import run
 
     return run(
         ["--model_name_or_path", backbone, "--output_dir", str(output_dir), *FAST, *flags],

@@ -19,14 +19,11 @@ from transformers import AutoModelForSequenceClassification
 
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION
 from ..thresholds import tune_thresholds
-from ..train.arguments import parse_arguments
-from ..train.data import prepare_splits, text_columns
+from ..train.cli import needed_splits, parse_arguments
+from ..train.data.sequence import Labels, prepare_splits, text_columns
 from ..train.errors import UsageError
-from ..train.label_space import Labels
-from ..train.metrics import BEST_MODEL_METRIC, compute_metrics, probabilities
-from ..train.packaged import resolve_backbone
-from ..train.run import needed_splits
-from ..train.threshold_tuning import plan_thresholds
+from ..train.evaluation import BEST_MODEL_METRIC, compute_metrics, plan_thresholds, probabilities
+from ..train.model import resolve_backbone
 
 __all__ = ["vanilla_model", "logistic_regression_baseline", "REGULARISATION"]
 

@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from ..modeling.registry import POOLINGS
-from ..train.arguments import parse_arguments
+from ..train.cli import parse_arguments
 from ..train.errors import UsageError, program_name
-from ..train.metrics import BEST_MODEL_METRIC
+from ..train.evaluation import BEST_MODEL_METRIC
 from .baselines import logistic_regression_baseline, vanilla_model
 from .records import (
     REPORT_FILES,
@@ -198,7 +198,7 @@ def run_one(
     name: str, kind: str, seed: int, train_arguments: list[str], runs_dir: Path, keep_model: bool
 ) -> RunRecord:
     """One run; any error is caught and recorded, so the sweep goes on."""
-    from ..train.run import run
+    from ..train.cli import run
 
     record = RunRecord(name=name, kind=kind, seed=seed)
     output_dir = runs_dir / f"{name}-seed{seed}"
@@ -239,8 +239,8 @@ def _is_number_or_list(value: Any) -> bool:
 def _check_data(train_arguments: list[str], report_dir: Path) -> tuple[str, str, dict[str, Any]]:
     """Check the data once, before any run, and return the problem type, the metric the sweep ranks by (train.py's
     best-model metric, on the test split when it is labelled, else on validation) and the settings all runs share."""
-    from ..train.data import prepare_splits
-    from ..train.run import needed_splits
+    from ..train.cli import needed_splits
+    from ..train.data.sequence import prepare_splits
 
     model_args, data_args, training_args = parse_arguments(
         _run_arguments(train_arguments, None, DEFAULT_SEED, report_dir / "runs" / "check")

@@ -1,5 +1,6 @@
 """The errors a user can fix: train.py and sweep.py print them as one line, without a traceback, and exit 2.
-A small shared piece: imports nothing."""
+A small shared piece: imports nothing.
+"""
 
 import os
 import sys

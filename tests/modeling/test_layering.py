@@ -22,7 +22,6 @@ LEAVES = {
     "pooled_models.modeling.registry",
     "pooled_models.train.errors",
     "pooled_models.thresholds",
-    "pooled_models.train.metrics",
 }
 
 

@@ -212,8 +212,8 @@ def test_the_vanilla_baseline_gives_its_new_classifier_the_head_learning_rate(
     from types import SimpleNamespace
 
     from pooled_models.sweep.baselines import vanilla_model
-    from pooled_models.train.label_space import Labels
-    from pooled_models.train.trainer import head_parameters
+    from pooled_models.train.data.sequence import Labels
+    from pooled_models.train.optim import head_parameters
 
     labels = Labels(problem_type="multi_label_classification", names=["a", "b", "c"])
     model_args = SimpleNamespace(model_name_or_path=tiny_backbone_path, model_revision=None, cache_dir=None)

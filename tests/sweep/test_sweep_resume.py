@@ -111,7 +111,7 @@ class CtrlCAtFirstStep(TrainerCallback):
 def interrupt_second_training(monkeypatch):
     """train.py's run, interrupted (as by Ctrl-C) at the first training step of its second call; returns the
     arguments of every call."""
-    import pooled_models.train.run as run_module
+    import pooled_models.train.cli as run_module
 
     real_run, calls = run_module.run, []
 
@@ -350,7 +350,7 @@ SIGNALLED_SWEEP = textwrap.dedent(
     """
     import os, signal, sys
     from transformers import TrainerCallback
-    import pooled_models.train.run as run_module
+    import pooled_models.train.cli as run_module
     from pooled_models.sweep.runner import main
 
     # A Python started from a terminal turns SIGINT into KeyboardInterrupt; one started under a shell's background
@@ -405,7 +405,7 @@ def test_a_signalled_sweep_process_keeps_its_finished_run(
     assert not list(report_dir.glob(".*.tmp"))
 
     with pytest.MonkeyPatch.context() as patch:
-        import pooled_models.train.run as run_module
+        import pooled_models.train.cli as run_module
 
         real_run, calls = run_module.run, []
         patch.setattr(

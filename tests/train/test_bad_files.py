@@ -8,8 +8,8 @@ import pytest
 from datasets import List, Value
 from helpers import bad_run, multi_label_rows, topic_rows, train, write_rows
 
+from pooled_models.train.data.sequence import Labels
 from pooled_models.train.errors import DataError
-from pooled_models.train.label_space import Labels
 
 ONE_KIND = (
     "A label column holds one kind of label: class names (text, integers or booleans), lists of class names "
@@ -415,7 +415,7 @@ def card_text(tmp_path, repo_id="someone/awkward") -> str:
 
     from pooled_models import PooledConfig
     from pooled_models.modeling.heads import LinearHead
-    from pooled_models.train.model_card import CardFacts, render_model_card
+    from pooled_models.train.publish import CardFacts, render_model_card
 
     config = PooledConfig(
         backbone_config=tiny_backbone_config("bert"),
@@ -481,7 +481,7 @@ def test_the_card_renders_the_label_names_as_they_are(tmp_path):
     ],
 )
 def test_code_spans(text, table, span):
-    from pooled_models.train.model_card import code_span
+    from pooled_models.train.publish import code_span
 
     assert code_span(text, table=table) == span
 
@@ -498,7 +498,7 @@ def test_the_card_code_is_valid_python_for_a_windows_path(tmp_path):
 
 
 def test_file_and_column_names_in_the_card_are_code_spans_that_hold(tiny_backbone_path, tmp_path):
-    from pooled_models.train.model_card import code_span
+    from pooled_models.train.publish import code_span
 
     rows = [{"the `text`": row["text"], "lab|el": row["label"]} for row in topic_rows(12)]
     data = write_rows(tmp_path / "odd`name|.csv", rows)

@@ -12,8 +12,8 @@ from helpers import data_flags, entity_rows, leftovers, topic_rows, train, write
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 from pooled_models import PooledForSequenceClassification
-from pooled_models.train.arguments import PooledTrainingArguments
-from pooled_models.train.batching import (
+from pooled_models.train.cli import PooledTrainingArguments
+from pooled_models.train.data.batching import (
     LengthGroupedRowSampler,
     LengthSortedSampler,
     length_grouped_batches,

@@ -13,7 +13,7 @@ import torch
 from helpers import FAST, REPO, leftovers, topic_rows, train, write_rows
 from safetensors.torch import load_file
 
-from pooled_models.train.staging import RUN_RECORD, read_run_record
+from pooled_models.train.output_dir import RUN_RECORD, read_run_record
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -24,8 +24,8 @@ KILLED_RUN = textwrap.dedent(
     """
     import os, signal, sys
     import torch
-    from pooled_models.train import staging
-    from pooled_models.train.run import run
+    from pooled_models.train import output_dir as staging
+    from pooled_models.train.cli import run
     from pooled_models.train.trainer import PooledTrainer
 
     torch.set_num_threads(int(os.environ["TEST_TORCH_THREADS"]))  # as in the test process: same float reductions

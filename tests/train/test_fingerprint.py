@@ -5,7 +5,7 @@ import copy
 
 from datasets import Dataset
 
-from pooled_models.train.fingerprint import tokenizing_fingerprint
+from pooled_models.train.data.batching import tokenizing_fingerprint
 
 
 def encoder(tokenizer, max_length):

@@ -5,7 +5,8 @@ import pytest
 
 from pooled_models import PooledConfig
 from pooled_models.sweep.runner import _parser as sweep_parser
-from pooled_models.train.arguments import _documented_settings, _parser, pooled_config_fields
+from pooled_models.train.cli import _documented_settings, _parser
+from pooled_models.train.model import pooled_config_fields
 
 
 def test_every_pooled_config_setting_is_documented():
@@ -32,11 +33,12 @@ def test_help_lists_the_label_token_settings_with_their_meaning(capsys):
     for flag in (
         "--label_token_init",
         "--label_token_init_ids",
-        "--label_token_scorer",
-        "--label_token_position",
         "--label_tokens_per_pass",
         "--label_token_layers",
     ):
         assert flag in text
     assert "`label_tokens` only. Where each label's learned token starts" in text
+    # Removed in 0.3 (tests/train/test_removed_options.py): config fields still, flags no more.
+    for flag in ("--label_token_scorer", "--label_token_position", "--classifier_dropout_samples"):
+        assert flag not in text
     assert "A PooledConfig setting." not in text

@@ -21,12 +21,11 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForTokenClassification, TrainerCallback, pipeline
 
 from pooled_models import PooledForMultiTask, PooledForTokenClassification
-from pooled_models.train.arguments import HEAD_LEARNING_RATE
+from pooled_models.train.cli import HEAD_LEARNING_RATE, run
+from pooled_models.train.data import TaskSpec
+from pooled_models.train.data.batching import MultiTaskCollator, MultiTaskRows
 from pooled_models.train.errors import UsageError
-from pooled_models.train.multitask_data import MultiTaskCollator, MultiTaskRows
-from pooled_models.train.multitask_trainer import MultiTaskTrainer
-from pooled_models.train.run import run
-from pooled_models.train.task_specs import TaskSpec
+from pooled_models.train.trainer import MultiTaskTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -300,7 +299,7 @@ def test_a_curriculum_trains_the_first_task_alone_first(tiny_backbone_path, tmp_
 def test_a_tasks_loss_weight_scales_its_training_loss_only(tiny_backbone_path, tmp_path):
     from transformers import AutoTokenizer, TrainingArguments
 
-    from pooled_models.train.arguments import DataArguments
+    from pooled_models.train.cli import DataArguments
 
     model = tiny_multitask_model().train()
     tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)

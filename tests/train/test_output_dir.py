@@ -17,9 +17,9 @@ from helpers import FAST, REPO, leftovers, topic_rows, train, write_rows
 from safetensors.torch import load_file
 from transformers import BertConfig, BertModel, TrainerCallback
 
+from pooled_models.train.cli import main, run
 from pooled_models.train.errors import UsageError
-from pooled_models.train.run import main, run
-from pooled_models.train.staging import RUN_RECORD, StagedOutputDir
+from pooled_models.train.output_dir import RUN_RECORD, StagedOutputDir
 from pooled_models.train.trainer import PooledTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -218,7 +218,7 @@ WAITING_RUN = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from transformers import TrainerCallback
-    from pooled_models.train.run import run
+    from pooled_models.train.cli import run
 
     go = Path(sys.argv[1])
 

@@ -10,15 +10,8 @@ from helpers import REPO
 from transformers import BertConfig, GPT2Config, HfArgumentParser
 
 from pooled_models import PooledConfig
-from pooled_models.train.arguments import (
-    ModelArguments,
-    UsageError,
-    model_argument_fields,
-    parse_arguments,
-    pooled_config_fields,
-    pooled_config_kwargs,
-)
-from pooled_models.train.model_setup import default_label_token_settings
+from pooled_models.train.cli import ModelArguments, UsageError, model_argument_fields, parse_arguments
+from pooled_models.train.model import default_label_token_settings, pooled_config_fields, pooled_config_kwargs
 
 SETTINGS = {
     "model_name_or_path": "some/backbone",

@@ -27,7 +27,7 @@ KILLED_RUN = textwrap.dedent(
     import os, signal, sys
     import torch
     from transformers import TrainerCallback
-    from pooled_models.train.run import run
+    from pooled_models.train.cli import run
 
     torch.set_num_threads(int(os.environ["TEST_TORCH_THREADS"]))  # as in the test process: same float reductions
 
@@ -192,12 +192,12 @@ def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path,
         "8",
         "--head_learning_rate",
         "3e-3",
-        # Both change what each process's optimizer and saved weights hold (the backbone sits out the first half
-        # epoch; the average is what is evaluated and saved): they must agree across processes too.
-        "--linear_probe_epochs",
-        "0.5",
-        "--ema_decay",
-        "0.5",
+        # The kept training options run on several processes too: layer-wise rates in the optimizer's groups, and
+        # the smoothed loss.
+        "--layerwise_lr_decay",
+        "0.9",
+        "--label_smoothing_factor",
+        "0.1",
     )
     run_on_two_processes(command, tmp_path)
     metrics = json.loads((output_dir / "all_results.json").read_text())
@@ -211,7 +211,7 @@ def test_accelerate_launch_trains_on_two_processes(tiny_backbone_path, tmp_path,
     # The saved weights are the trained ones: they reproduce the validation accuracy of the run.
     from transformers import AutoTokenizer
 
-    from pooled_models.train.metrics import compute_metrics
+    from pooled_models.train.evaluation import compute_metrics
 
     rows = topic_rows(20, seed=3)
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
@@ -229,7 +229,7 @@ THRESHOLD_REPORTING_RUN = textwrap.dedent(
     """
     import json, sys
     from transformers import TrainerCallback
-    from pooled_models.train.run import run
+    from pooled_models.train.cli import run
 
     class ReportThresholds(TrainerCallback):
         # one file per process: two processes printing to one pipe can interleave their lines
@@ -305,8 +305,8 @@ def test_thresholds_tuned_on_two_processes_are_the_same_everywhere_and_fit_all_v
 TASK_RECORDING_RUN = textwrap.dedent(
     """
     import json, sys
-    from pooled_models.train.multitask_trainer import MultiTaskTrainer
-    from pooled_models.train.run import run
+    from pooled_models.train.trainer import MultiTaskTrainer
+    from pooled_models.train.cli import run
 
     original = MultiTaskTrainer.compute_loss
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from demo_data import TEAMS
 from helpers import (
     FAST,
     REPO,
@@ -23,10 +24,9 @@ from transformers import AutoModelForSequenceClassification, TrainerCallback
 
 from pooled_models import PooledForSequenceClassification
 from pooled_models.thresholds import tune_thresholds
-from pooled_models.train.demo_data import TEAMS
+from pooled_models.train.cli import run
 from pooled_models.train.errors import UsageError
-from pooled_models.train.metrics import compute_metrics
-from pooled_models.train.run import run
+from pooled_models.train.evaluation import compute_metrics
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -493,7 +493,7 @@ def test_push_to_hub_uploads_the_finished_folder(tiny_backbone_path, tmp_path, m
 
 def test_fast_settings_are_valid_flags():
     # FAST is shared by these tests; a typo there would silently test something else.
-    from pooled_models.train.arguments import parse_arguments
+    from pooled_models.train.cli import parse_arguments
 
     _, _, training_args = parse_arguments(["--output_dir", "x", *FAST])
     assert training_args.learning_rate == 1e-3 and training_args.num_train_epochs == 3

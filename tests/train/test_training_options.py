@@ -1,16 +1,10 @@
-"""train.py's training options beyond the defaults: layer-wise learning-rate decay, label smoothing, a linear probe
-before fine-tuning (LP-FT), an exponential moving average of the weights (EMA) and multi-sample dropout in the head
-(a model setting, classifier_dropout_samples: tests/modeling/test_multi_sample_dropout.py tests the model)."""
-
-import json
-import shutil
-from pathlib import Path
+"""train.py's training options beyond the defaults: layer-wise learning-rate decay, label smoothing and the
+label-token embeddings' own rate and weight decay. The options removed in 0.3: tests/train/test_removed_options.py."""
 
 import pytest
 import torch
 from helpers import (
     MULTITASK_TASKS,
-    leftovers,
     multi_label_rows,
     random_batch,
     tiny_model,
@@ -19,27 +13,17 @@ from helpers import (
     train,
     write_rows,
 )
-from safetensors.torch import load_file
 from torch import nn
 from torch.nn import functional as F
 from transformers import TrainerCallback
 from transformers.trainer_pt_utils import LabelSmoother
 
 from pooled_models.modeling.losses import classification_loss
-from pooled_models.train.arguments import HEAD_LEARNING_RATE as DEFAULT_HEAD_LEARNING_RATE
-from pooled_models.train.arguments import (
-    PooledTrainingArguments,
-    _parser,
-    parse_arguments,
-    pooled_config_kwargs,
-)
+from pooled_models.train.cli import PooledTrainingArguments, _parser, parse_arguments
 from pooled_models.train.errors import UsageError
-from pooled_models.train.learning_rates import layerwise_learning_rates
-from pooled_models.train.linear_probe import probe_steps
-from pooled_models.train.pooling_search import check_pooling_search
-from pooled_models.train.task_specs import task_specs
-from pooled_models.train.trainer import PooledTrainer, check_training_options, head_parameters
-from pooled_models.train.weight_average import EMA_FILE, WeightAverage
+from pooled_models.train.optim import head_parameters
+from pooled_models.train.options.layerwise_decay import layerwise_learning_rates
+from pooled_models.train.trainer import PooledTrainer, check_training_options
 
 LEARNING_RATE, HEAD_LEARNING_RATE = 1e-3, 1e-2
 
@@ -231,13 +215,6 @@ def test_a_negative_label_embedding_setting_is_refused(name):
         parse_arguments(["--output_dir", "out", f"--{name}", "-0.1"])
 
 
-def test_pooling_auto_refuses_label_embedding_settings(tmp_path):
-    flags = ["--output_dir", str(tmp_path), "--pooling", "auto", "--do_train", "--do_eval"]
-    arguments = parse_arguments([*flags, "--label_embedding_learning_rate", "1e-4"])
-    with pytest.raises(UsageError, match=r"--pooling auto does not choose among label tokens"):
-        check_pooling_search(*arguments[:3])
-
-
 def test_the_label_embedding_rate_runs_through_train_py_and_the_card_says_so(
     tiny_backbone_path, tmp_path, one_torch_thread
 ):
@@ -372,306 +349,3 @@ def test_a_multi_label_train_py_run_is_smoothed_not_left_unsmoothed(
     smoothed = train(tiny_backbone_path, tmp_path / "smoothed", *flags, "--label_smoothing_factor", "0.1")
     assert smoothed.metrics["train_loss"] != pytest.approx(plain.metrics["train_loss"])
     assert "| label smoothing | 0.1 |" in (smoothed.output_dir / "README.md").read_text()
-
-
-# ----------------------------------------------------------------------------------------------------
-# LP-FT: a linear probe before fine-tuning
-# ----------------------------------------------------------------------------------------------------
-
-
-class RecordProbe(TrainerCallback):
-    """The weights at the start, after the probe's last step and at the end, and each step's learning rates."""
-
-    def __init__(self, probe_steps):
-        self.probe_steps, self.weights, self.rates = probe_steps, {}, []
-
-    def snapshot(self, when, model):
-        self.weights[when] = {name: p.detach().clone() for name, p in model.named_parameters()}
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.snapshot("start", model)
-
-    def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
-        self.rates.append({group["part"]: group["lr"] for group in optimizer.param_groups})
-
-    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
-        if state.global_step == self.probe_steps:
-            self.snapshot("after probe", model)
-            backbone = [
-                p for group in optimizer.param_groups if group["part"] == "backbone" for p in group["params"]
-            ]
-            # no gradient computed, so no Adam moments either: they start when the backbone joins
-            self.backbone_in_probe = {(p.requires_grad, bool(optimizer.state.get(p))) for p in backbone}
-
-    def on_train_end(self, args, state, control, model=None, **kwargs):
-        self.snapshot("end", model)
-
-    def changed(self, before, after, part):
-        names = [name for name in self.weights[before] if name.startswith(part)]
-        return [
-            name for name in names if not torch.equal(self.weights[before][name], self.weights[after][name])
-        ]
-
-
-def test_a_linear_probe_trains_the_head_alone_then_everything(tiny_backbone_path, tmp_path, one_torch_thread):
-    data = write_rows(tmp_path / "train.csv", topic_rows(48))  # 3 steps an epoch
-    record = RecordProbe(probe_steps=3)
-    result = train(
-        tiny_backbone_path,
-        tmp_path / "out",
-        *["--train_file", str(data), "--do_train", "--num_train_epochs", "3", "--linear_probe_epochs", "1"],
-        *["--weight_decay", "0.1", "--warmup_steps", "0.5"],  # weight decay would show on the backbone
-        callbacks=[record],
-    )
-    backbone = "backbone."
-    assert record.changed("start", "after probe", backbone) == []  # no update, no weight decay
-    assert record.backbone_in_probe == {(False, False)}
-    assert record.changed("start", "after probe", "classifier.")  # the head learned during the probe
-    assert record.changed("after probe", "end", backbone)  # then the backbone trained
-    # The head follows the run's schedule (9 steps, warm-up ceil(4.5) = 5); the backbone's rate is 0 for the probe's 3
-    # steps, then it follows the same schedule over the 6 steps left (warm-up 3), from 0 again.
-    head = [rates["head"] for rates in record.rates]
-    backbone_rates = [rates["backbone"] for rates in record.rates]
-    assert head == pytest.approx(
-        [DEFAULT_HEAD_LEARNING_RATE * factor for factor in (0, 0.2, 0.4, 0.6, 0.8, 1, 0.75, 0.5, 0.25)]
-    )
-    assert backbone_rates == pytest.approx(
-        [1e-3 * factor for factor in (0, 0, 0, 0, 1 / 3, 2 / 3, 1, 2 / 3, 1 / 3)]
-    )
-    assert (
-        "| linear probe (pooler and head alone) epochs | 1.0 |"
-        in (result.output_dir / "README.md").read_text()
-    )
-
-
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--linear_probe_epochs", "-1"], r"linear_probe_epochs must be a number >= 0, got -1"),
-        (["--linear_probe_epochs", "4"], r"linear_probe_epochs must be less than num_train_epochs \(4.0\)"),
-        (["--linear_probe_epochs", "1", "--freeze_backbone"], "freeze_backbone never does: choose one"),
-    ],
-)
-def test_a_linear_probe_that_leaves_nothing_to_fine_tune_is_refused(flags, message):
-    with pytest.raises(UsageError, match=message):
-        parse_arguments(["--output_dir", "out", *flags])
-
-
-def test_a_linear_probe_as_long_as_the_run_is_refused_when_its_steps_are_counted():
-    assert probe_steps(0.5, 7, 20) == 4  # a started step counts
-    with pytest.raises(UsageError, match=r"linear_probe_epochs=2 takes 14 of the run's 14 training steps"):
-        probe_steps(2, 7, 14)  # e.g. --max_steps 14 with 7 steps an epoch
-
-
-# ----------------------------------------------------------------------------------------------------
-# EMA: an exponential moving average of the weights
-# ----------------------------------------------------------------------------------------------------
-
-
-def test_the_average_follows_its_formula():
-    weights = nn.Linear(3, 2)
-    start = [parameter.detach().clone() for parameter in weights.parameters()]
-    average = WeightAverage(dict(weights.named_parameters()), decay=0.5)
-    steps = []
-    for step in range(2):
-        with torch.no_grad():
-            for parameter in weights.parameters():
-                parameter.add_(torch.randn_like(parameter) * (step + 1))
-        steps.append([parameter.detach().clone() for parameter in weights.parameters()])
-        average.update()
-    for got, w0, w1, w2 in zip(average.average, start, *steps, strict=True):
-        torch.testing.assert_close(got, 0.25 * w0 + 0.25 * w1 + 0.5 * w2)  # 0.5 (0.5 w0 + 0.5 w1) + 0.5 w2
-
-    follower = WeightAverage(dict(weights.named_parameters()), decay=0.0)
-    with torch.no_grad():
-        weights.weight.mul_(3.7).add_(1e6)  # far from where the average started
-    follower.update()
-    assert all(
-        torch.equal(got, parameter)
-        for got, parameter in zip(follower.average, weights.parameters(), strict=True)
-    )
-
-
-class RecordAverage(TrainerCallback):
-    """The weights at the start, after each optimizer step, as evaluated, and when each step begins."""
-
-    def __init__(self):
-        self.start, self.raw, self.evaluated, self.step_begins = None, [], [], []
-
-    @staticmethod
-    def weights(model):
-        return {name: p.detach().clone() for name, p in model.named_parameters()}
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.start = self.weights(model)
-
-    def on_step_begin(self, args, state, control, model=None, **kwargs):
-        self.step_begins.append(self.weights(model))
-
-    def on_optimizer_step(self, args, state, control, model=None, **kwargs):
-        self.raw.append(self.weights(model))
-
-    def on_evaluate(self, args, state, control, model=None, **kwargs):
-        self.evaluated.append(self.weights(model))
-
-
-@pytest.fixture(scope="module")
-def ema_run(tiny_backbone_path, tmp_path_factory, one_torch_thread):
-    """Two epochs of one step each with --ema_decay 0.5, evaluated and checkpointed every epoch."""
-    tmp_path = tmp_path_factory.mktemp("ema")
-    data = write_rows(tmp_path / "train.csv", topic_rows(16))
-    flags = [
-        *["--train_file", str(data), "--validation_file", str(data), "--do_train", "--do_eval"],
-        *["--num_train_epochs", "2", "--ema_decay", "0.5", "--save_strategy", "epoch", "--keep_checkpoints"],
-        *["--warmup_steps", "0"],  # the first step trains too
-    ]
-    record = RecordAverage()
-    result = train(tiny_backbone_path, tmp_path / "out", *flags, callbacks=[record])
-    return result, record, flags
-
-
-def close(got, expected):
-    return all(torch.allclose(got[name], expected[name], atol=1e-6) for name in expected)
-
-
-def test_evaluation_during_training_and_the_saved_model_use_the_average(ema_run):
-    result, record, _ = ema_run
-    w0, (w1, w2) = record.start, record.raw
-    average_1 = {name: 0.5 * w0[name] + 0.5 * w1[name] for name in w0}
-    average_2 = {name: 0.5 * average_1[name] + 0.5 * w2[name] for name in w0}
-    assert not close(w1, w0) and not close(w2, w1)  # the weights trained
-    assert len(record.evaluated) == 3  # after each epoch, then the final evaluation
-    assert close(record.evaluated[0], average_1) and close(record.evaluated[1], average_2)
-    assert close(record.step_begins[1], w1)  # the raw weights went on training after the evaluation
-    saved = load_file(result.output_dir / "model.safetensors")
-    assert close({name: saved[name] for name in average_2}, average_2)
-    assert close(record.evaluated[2], average_2)  # the final evaluation: the saved model
-    # A checkpoint keeps the raw weights, to resume from, and the average beside them.
-    checkpoint = result.output_dir / "checkpoint-1"
-    raw = load_file(checkpoint / "model.safetensors")
-    assert close({name: raw[name] for name in w1}, w1)
-    assert close(load_file(checkpoint / EMA_FILE), average_1)
-    assert (
-        "| saved weights: exponential moving average, decay | 0.5 |"
-        in (result.output_dir / "README.md").read_text()
-    )
-
-
-def test_a_resumed_run_continues_the_average(ema_run, tiny_backbone_path, tmp_path):
-    reference, _, flags = ema_run
-    resumed = train(
-        tiny_backbone_path,
-        tmp_path / "resumed",
-        *flags,
-        "--resume_from_checkpoint",
-        str(reference.output_dir / "checkpoint-1"),
-    )
-    expected, got = (load_file(run.output_dir / "model.safetensors") for run in (reference, resumed))
-    assert close(got, expected)  # a fresh average from the resumed weights would differ
-
-
-def test_resuming_with_ema_from_a_checkpoint_without_the_average_is_refused(
-    ema_run, tiny_backbone_path, tmp_path
-):
-    reference, _, flags = ema_run
-    checkpoint = tmp_path / "checkpoint-1"
-    shutil.copytree(reference.output_dir / "checkpoint-1", checkpoint)
-    (checkpoint / EMA_FILE).unlink()
-    with pytest.raises(
-        UsageError, match=r"checkpoint-1 holds no ema.safetensors .* Resume without --ema_decay"
-    ):
-        train(tiny_backbone_path, tmp_path / "resumed", *flags, "--resume_from_checkpoint", str(checkpoint))
-    assert not (tmp_path / "resumed").exists()
-
-
-@pytest.mark.parametrize("value", ["1", "-0.1", "nan"])
-def test_an_ema_decay_outside_its_range_is_refused(value):
-    with pytest.raises(UsageError, match=r"ema_decay must be a number in \[0, 1\) \(or unset\), got"):
-        parse_arguments(["--output_dir", "out", "--ema_decay", value])
-
-
-def test_the_best_checkpoint_is_kept_with_its_average(ema_run, tiny_backbone_path, tmp_path):
-    _, _, flags = ema_run
-    # The highest validation loss is best: the first checkpoint's, before the second step lowered it.
-    best_is_first = ["--metric_for_best_model", "loss", "--greater_is_better", "true"]
-    result = train(tiny_backbone_path, tmp_path / "best", *flags, "--load_best_model_at_end", *best_is_first)
-    best = json.loads((result.output_dir / "trainer_state.json").read_text())["best_model_checkpoint"]
-    assert Path(best).name == "checkpoint-1"  # not the last: the average kept is the best checkpoint's
-    average = load_file(result.output_dir / Path(best).name / EMA_FILE)
-    saved = load_file(result.output_dir / "model.safetensors")
-    assert close({name: saved[name] for name in average}, average)
-    with pytest.raises(UsageError, match="needs the average in the best checkpoint, which save_only_model"):
-        parse_arguments(
-            ["--output_dir", "out", "--ema_decay", "0.9", "--load_best_model_at_end", "--save_only_model"]
-        )
-
-
-# ----------------------------------------------------------------------------------------------------
-# Multi-sample dropout in the head (classifier_dropout_samples, a PooledConfig setting)
-# ----------------------------------------------------------------------------------------------------
-
-
-def test_multi_sample_dropout_is_a_flag_that_reaches_the_config():
-    model_args, _, _ = parse_arguments(["--output_dir", "out", "--classifier_dropout_samples", "4"])
-    assert pooled_config_kwargs(model_args) == {"classifier_dropout_samples": 4}
-    unset, _, _ = parse_arguments(["--output_dir", "out"])
-    assert "classifier_dropout_samples" not in pooled_config_kwargs(unset)
-
-
-def test_a_token_classification_run_gives_its_token_head_the_samples():
-    _, data_args, _ = parse_arguments(
-        ["--output_dir", "out", "--train_file", "train.conll", "--tags_column", "tags"]
-    )
-    [spec] = task_specs(data_args, {"classifier_dropout_samples": 4, "pooling": "max"})
-    assert spec.model == {
-        "classifier_dropout_samples": 4
-    }  # a head setting; the pooling is not the token head's
-
-
-def test_multi_sample_dropout_runs_through_train_py(tiny_backbone_path, tmp_path, one_torch_thread):
-    head_runs = []
-
-    class CountHeadRuns(TrainerCallback):
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            model.classifier.head.register_forward_pre_hook(lambda *_: head_runs.append(model.training))
-
-    data = write_rows(tmp_path / "train.csv", topic_rows(16))
-    flags = [
-        "--train_file",
-        str(data),
-        "--do_train",
-        "--num_train_epochs",
-        "1",
-        "--per_device_train_batch_size",
-        "8",
-    ]
-    result = train(
-        tiny_backbone_path,
-        tmp_path / "out",
-        *flags,
-        "--classifier_dropout_samples",
-        "4",
-        callbacks=[CountHeadRuns()],
-    )
-    assert head_runs == [True] * 4 * 2  # two training steps, four runs of the head in each
-    assert json.loads((result.output_dir / "config.json").read_text())["classifier_dropout_samples"] == 4
-    assert (
-        "The head is `linear`: Dropout and a linear layer (BERT style) (dropout 0.1, multi-sample dropout: in training, "
-        "the logits averaged over 4 dropout samples)." in (result.output_dir / "README.md").read_text()
-    )
-
-
-@pytest.mark.parametrize(
-    ("flags", "message"),
-    [
-        (["--classifier_dropout_samples", "0"], r"classifier_dropout_samples must be an integer >= 1"),
-        (["--classifier_dropout_samples", "2", "--classifier_dropout", "0"], r"classifier_dropout is 0"),
-    ],
-)
-def test_bad_multi_sample_dropout_settings_are_refused_before_anything_is_written(
-    tiny_backbone_path, tmp_path, flags, message
-):
-    data = write_rows(tmp_path / "train.csv", topic_rows(16))
-    with pytest.raises(UsageError, match=message):
-        train(tiny_backbone_path, tmp_path / "out", "--train_file", str(data), "--do_train", *flags)
-    assert leftovers(tmp_path / "out") == []

@@ -4,11 +4,11 @@ import math
 
 import numpy as np
 import pytest
+from demo_data import demo_rows
 from helpers import REPO
 
-from pooled_models.train.demo_data import demo_rows
-from pooled_models.train.metrics import compute_metrics, probabilities
-from pooled_models.train.trainer import head_parameters
+from pooled_models.train.evaluation import compute_metrics, probabilities
+from pooled_models.train.optim import head_parameters
 
 
 def f1_by_hand(truth, predicted, label):
@@ -103,7 +103,7 @@ def test_the_committed_demo_data_is_what_the_generator_writes():
     for split, rows in demo_rows().items():
         with open(REPO / "data" / "demo" / f"{split}.csv", newline="", encoding="utf-8") as handle:
             assert list(csv.DictReader(handle)) == rows, (
-                "regenerate with: python -m pooled_models.train.demo_data data/demo"
+                "regenerate with: python scripts/demo_data.py data/demo"
             )
 
 
@@ -124,7 +124,7 @@ def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
 
     from pooled_models import PooledConfig
     from pooled_models.modeling.heads import LinearHead
-    from pooled_models.train.model_card import CardFacts, render_model_card
+    from pooled_models.train.publish import CardFacts, render_model_card
 
     config = PooledConfig(
         backbone_config=tiny_backbone_config("bert"),
@@ -180,8 +180,8 @@ def test_multi_label_runs_default_to_the_asymmetric_loss_and_others_keep_theirs(
     from types import SimpleNamespace
 
     from pooled_models import PooledConfig
-    from pooled_models.train.label_space import Labels
-    from pooled_models.train.model_setup import resolve_multi_label_loss
+    from pooled_models.train.data.sequence import Labels
+    from pooled_models.train.model import resolve_multi_label_loss
 
     def resolved(problem_type, given=None, saved=None):
         args = SimpleNamespace(multi_label_loss=given)

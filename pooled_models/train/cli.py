@@ -1,63 +1,140 @@
-"""train.py's arguments: model, data and training settings, from a YAML/JSON config file and flags.
+"""The command line (``train.py``, ``pooled-train``, ``python -m pooled_models.train``): argv and an optional
+YAML/JSON config file -> the run settings (model, data and training arguments) and the list of task specs, handed to
+the pipeline; usage, data and disk errors reported in one line.
 
-The model arguments are derived from ``PooledConfig``'s own fields, so a pooling or head setting added to
-the config is a command-line flag (and a config-file key) without touching this file. Help texts come from
-``PooledConfig``'s docstring, where every setting is documented once.
-
-Nothing here makes transformers run code from a checkpoint or a config file: ``trust_remote_code`` and the
-keys that name code (``auto_map``, ``custom_pipelines``) are refused wherever they appear.
-"""
+The model arguments are derived from ``PooledConfig``'s own fields, so a pooling or head setting added to the config
+is a flag (and a config-file key) without touching this file; help texts come from its docstring. The options removed
+in 0.3 are refused by name (options/). Nothing here makes transformers run code from a checkpoint or a config file:
+``trust_remote_code`` and the keys that name code (``auto_map``, ``custom_pipelines``) are refused wherever they
+appear. A multi-task config file holds a ``tasks`` mapping (see :func:`task_specs`)."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import difflib
+import errno
 import inspect
 import json
+import logging
 import os
 import re
+import sys
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import transformers
 import yaml
-from transformers import HfArgumentParser, PreTrainedConfig, TrainingArguments
+from transformers import HfArgumentParser, TrainerCallback, TrainingArguments
 
+from ..modeling.configuration_multitask import SEQUENCE, TASK_KINDS, TOKEN
 from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.problem_types import PROBLEM_TYPES
 from ..modeling.registry import POOLINGS
 from ..thresholds import AVERAGES
+from .data import TaskSpec
+from .data.batching import SAMPLING_STRATEGIES
 from .errors import UsageError, program_name
-from .sampling import SAMPLING_STRATEGIES
+from .model import (
+    CLI_MODEL_DEFAULTS,
+    _config_default,
+    parse_pos_weight,
+    pooled_config_fields,
+    pooled_config_kwargs,
+)
+from .options import TRAINING_OPTIONS, refuse_removed_options, require_number
+from .pipeline import ModelFactory, RunResult, needed_splits, run_specs
 
 __all__ = [
+    "RunResult",
+    "run",
+    "main",
+    "needed_splits",
     "ModelArguments",
     "DataArguments",
     "PooledTrainingArguments",
     "CONFIG_FILE_SUFFIXES",
     "REFUSED_KEYS",
-    "pooled_config_fields",
     "model_argument_fields",
-    "pooled_config_kwargs",
-    "parse_pos_weight",
     "THRESHOLD_TUNING",
-    "AUTO_POOLING",
-    "AUTO_POOLING_CANDIDATES",
-    "AUTO_POOLING_BUDGET",
     "read_config_file",
     "parse_arguments",
+    "TRAINING_SETTINGS",
+    "task_specs",
+    "SINGLE_TOKEN_TASK",
+    "SINGLE_SEQUENCE_TASK",
 ]
 
+# The errors of a full disk or a file system that refuses writes (errno names, as OSError reports them).
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of train.py: runs, and reports usage and data errors without a traceback."""
+    try:
+        run(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as error:
+        print(f"{_program()}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        if error.errno not in DISK_ERRORS:
+            raise
+        # A full disk or a read-only file system is the machine's state, not a bug: one line, and what to do.
+        where = f" while writing {error.filename}" if error.filename else ""
+        print(
+            f"{_program()}: error: {error.strerror}{where}. Free some space (or fix the file system) and run again; "
+            "a run that kept a complete checkpoint continues with --resume_from_checkpoint true.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def run(
+    argv: list[str], callbacks: Sequence[TrainerCallback] = (), model_factory: ModelFactory | None = None
+) -> RunResult:
+    """Train and/or evaluate as ``argv`` says; ``callbacks`` are added to the Trainer's.
+
+    ``model_factory`` replaces the pooled model by another one, trained and evaluated the same way; such a run
+    writes no model card (the card describes a pooling).
+    """
+    model_args, data_args, training_args = parse_arguments(argv)
+    _set_up_logging(training_args)
+    specs = task_specs(data_args, pooled_config_kwargs(model_args))
+    return run_specs(model_args, data_args, training_args, specs, callbacks, model_factory)
+
+
+def _program() -> str:
+    return program_name("train.py", "pooled-train", "pooled_models.train")
+
+
+def _set_up_logging(training_args) -> None:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    level = training_args.get_process_log_level()
+    logging.getLogger("pooled_models").setLevel(logging.INFO if training_args.should_log else level)
+    transformers.utils.logging.set_verbosity(level)
+
+
 CONFIG_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
 
 # Settings that would make transformers import and run code named by a checkpoint or a config file.
 REFUSED_KEYS = ("trust_remote_code", "auto_map", "custom_pipelines")
 
-# Where train.py's default differs from PooledConfig's (see the README's "Defaults" section for the measurements).
-# multi_label_loss: unset, train.py chooses by problem type (model_setup.resolve_multi_label_loss).
-CLI_MODEL_DEFAULTS: dict[str, Any] = {"multi_label_loss": None}
+
+def _command_line_settings(argv: list[str]) -> dict[str, Any]:
+    """``{--flag: the value after it}`` of the flags on a command line (None for the last flag)."""
+    settings = {}
+    for index, arg in enumerate(argv):
+        if arg.startswith("--"):
+            following = argv[index + 1] if index + 1 < len(argv) else None
+            settings[arg] = following
+    return settings
+
+
 CLI_MODEL_HELP = {
     "multi_label_loss": "train.py's default: 'asymmetric' for a multi-label run (measured on the debtags benchmark; "
     "README, Defaults), left unset otherwise.",
@@ -65,67 +142,30 @@ CLI_MODEL_HELP = {
     "benchmarks; README, Defaults), 'all' elsewhere.",
     "label_token_attention": "train.py's default: 'one_way' where the backbone supports it (measured against "
     "'two_way' on both benchmarks; README, Defaults), 'two_way' elsewhere.",
-    "pooling": "train.py also takes 'auto': before the run, each of --auto_poolings trains briefly "
-    "(--auto_pooling_budget of the run each, same seed) and the best on the validation split is the run's pooling.",
 }
 
-# Settings train.py can also compute from the training split, when given as "auto"; the flag takes text (the word, or
-# the numbers), which parse_pos_weight turns into the config's value. name -> what the help adds.
-FROM_TRAINING_DATA = "auto"
+
 DATA_DERIVED_SETTINGS = {
     "pos_weight": "train.py: 'auto' computes it from the training split's labels (negatives / positives per label); "
     "or give one number per label (--pos_weight 1 4.5 2, or a JSON list).",
 }
 
+
 # --tune_thresholds: how train.py chooses the multi-label decision threshold(s) on the validation split.
 THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
 
-# --pooling auto (pooling_search.py): the word, the poolings it tries by default, and each one's share of the run.
-AUTO_POOLING = "auto"
-# The candidates, from the accuracy sweeps (README, "Accuracy: fortunes" and "Accuracy: debtags"): mean_max (1st on
-# fortunes, 2nd on debtags), lstm (3rd, 1st) and attention (4th, 3rd) are in the top four of both; mean is train.py's
-# default (2nd on fortunes, 0.01 micro-F1 from the top of debtags' tight spread), first so that it wins ties. Left
-# out: cls (5th, 4th: behind those three on both), max and weighted_layer (far behind on fortunes) and label_tokens
-# (next to last on fortunes, twice the training time, and it inserts tokens that shorten every text).
-AUTO_POOLING_CANDIDATES = ("mean", "mean_max", "attention", "lstm")
-# Each candidate trains for this share of the run's training steps: a quarter of an epoch at the default 4 epochs,
-# so that four candidates add a quarter of a run. Not measured yet (bench/recipes.py's pooling_auto arms).
-AUTO_POOLING_BUDGET = 0.0625
-# Poolings --pooling auto does not try: label tokens change the input itself (and so the longest text a run keeps).
-NOT_AUTO_CANDIDATES = {
-    "label_tokens": "it inserts label tokens into every text, which changes the texts' length limit; compare it "
-    "with the sweep (sweep.py) instead",
-}
 
 # train.py's optimisation defaults where they differ from TrainingArguments' (README, "Defaults"). The head learning
 # rate (bench/recipes.py, 3 seeds): on fortunes 5e-3 gains 4.8 points of macro-F1 over 1e-3 (2e-3: 2.6); on debtags
 # it costs 0.6 of micro-F1 against 1e-3 (0.9 against 2e-3) and gains 3.0 of macro-F1. It is the rate that beats the
 # 30-line recipe (whose head trains at 2e-3) on both.
 HEAD_LEARNING_RATE = 5e-3
+
+
 NUM_TRAIN_EPOCHS = 4.0
+
+
 TRAIN_BATCH_SIZE = 16
-# Training settings of the label-token embeddings (unset: the pooler's and head's rate, the run's weight decay).
-LABEL_EMBEDDING_OPTIONS = ("label_embedding_learning_rate", "label_embedding_weight_decay")
-
-
-def given_label_embedding_options(training_args) -> list[str]:
-    """The label-embedding settings a run gives (LABEL_EMBEDDING_OPTIONS that are set)."""
-    return [name for name in LABEL_EMBEDDING_OPTIONS if getattr(training_args, name, None) is not None]
-
-
-# ----------------------------------------------------------------------------------------------------
-# Model arguments, derived from PooledConfig
-# ----------------------------------------------------------------------------------------------------
-
-
-def _base_config_fields() -> set[str]:
-    return {item.name for item in dataclasses.fields(PreTrainedConfig)}
-
-
-def pooled_config_fields(config_class: type = PooledConfig) -> list[dataclasses.Field]:
-    """PooledConfig's own settings (pooling, head...), without the base config's and ``backbone_config``."""
-    skipped = _base_config_fields() | {"backbone_config"}
-    return [item for item in dataclasses.fields(config_class) if item.init and item.name not in skipped]
 
 
 def _resolved_types(config_class: type) -> dict[str, Any]:
@@ -177,14 +217,6 @@ class JSONValue:
             return text
 
 
-def _config_default(config_field: dataclasses.Field) -> Any:
-    if config_field.default is not dataclasses.MISSING:
-        return config_field.default
-    if config_field.default_factory is not dataclasses.MISSING:
-        return config_field.default_factory()
-    return None
-
-
 def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, Any, dataclasses.Field]]:
     """``make_dataclass`` fields for every setting of ``config_class``: its type, default and documented help."""
     types = _resolved_types(config_class)
@@ -213,14 +245,14 @@ def model_argument_fields(config_class: type = PooledConfig) -> list[tuple[str, 
 
 
 class PoolingChoices:
-    """What ``--pooling`` takes: a registered pooling, or ``auto``. Read when the flag is parsed, so that poolings
-    registered after this import count too."""
+    """What ``--pooling`` takes: a registered pooling. Read when the flag is parsed, so that poolings registered
+    after this import count too."""
 
     def __contains__(self, name: object) -> bool:
-        return name == AUTO_POOLING or name in POOLINGS
+        return name in POOLINGS
 
     def __iter__(self):
-        return iter([*POOLINGS, AUTO_POOLING])
+        return iter(POOLINGS)
 
 
 @dataclass
@@ -243,36 +275,6 @@ class BackboneArguments:
     )
 
 
-def parse_pos_weight(value: Any) -> str | list[float] | None:
-    """``pos_weight`` as a flag or a config file gives it: None, ``"auto"`` or one number per label.
-
-    Accepted: ``--pos_weight auto``, ``--pos_weight 1 4.5 2``, ``--pos_weight '[1, 4.5, 2]'``, and in a config file
-    ``pos_weight: auto`` or ``pos_weight: [1, 4.5, 2]``.
-    """
-    if value is None:
-        return None
-    items = [value] if isinstance(value, str) else list(value)
-    if len(items) == 1 and isinstance(items[0], str):
-        text = items[0].strip()
-        if text == FROM_TRAINING_DATA:
-            return FROM_TRAINING_DATA
-        if text.startswith("["):
-            try:
-                items = json.loads(text)
-            except json.JSONDecodeError:
-                items = None
-    try:
-        numbers = [float(item) for item in items if not isinstance(item, bool)]
-    except (TypeError, ValueError):
-        numbers = []
-    if not numbers or len(numbers) != len(items):
-        raise UsageError(
-            f"pos_weight must be '{FROM_TRAINING_DATA}' (negatives / positives per label in the training split) or "
-            f"one number per label, got {value!r}."
-        )
-    return numbers
-
-
 def _check_model_arguments(self) -> None:
     self.pos_weight = parse_pos_weight(self.pos_weight)
 
@@ -288,23 +290,6 @@ ModelArguments = dataclasses.make_dataclass(
         "__post_init__": _check_model_arguments,
     },
 )
-
-
-def pooled_config_kwargs(model_args) -> dict[str, Any]:
-    """The PooledConfig settings the user chose: those that differ from PooledConfig's own defaults."""
-    chosen = {}
-    for config_field in pooled_config_fields():
-        value = getattr(model_args, config_field.name)
-        if value is None and config_field.name in CLI_MODEL_DEFAULTS:
-            continue  # left to train.py, which fills it in once the problem type is known
-        if value != _config_default(config_field):
-            chosen[config_field.name] = value
-    return chosen
-
-
-# ----------------------------------------------------------------------------------------------------
-# Data arguments
-# ----------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -434,11 +419,6 @@ class DataArguments:
             )
 
 
-# ----------------------------------------------------------------------------------------------------
-# Training arguments: TrainingArguments with the defaults measured for pooled classifiers, and a few more
-# ----------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class PooledTrainingArguments(TrainingArguments):
     _argument_group_name = (
@@ -509,24 +489,6 @@ class PooledTrainingArguments(TrainingArguments):
             "general features, change least. 1.0: off (one learning rate for the whole backbone)."
         },
     )
-    linear_probe_epochs: float = field(
-        default=0.0,
-        metadata={
-            "help": "LP-FT: train only the pooler and head for this many epochs first (a fraction is allowed), on the "
-            "backbone's features as they are, then everything. The backbone gets no gradient, no update and no "
-            "weight decay during the probe, then warms up over the steps left; the probe counts within "
-            "num_train_epochs. 0: off."
-        },
-    )
-    ema_decay: float | None = field(
-        default=None,
-        metadata={
-            "help": "Keep an exponential moving average of the weights (average = decay x average + (1 - decay) x "
-            "weights after every optimizer step), and evaluate and save it instead of the last weights; e.g. 0.99. "
-            "It spans about the last 1 / (1 - decay) steps, which should be well under the run's length. "
-            "Checkpoints keep it beside the raw weights, for resuming. In [0, 1); unset: off."
-        },
-    )
     label_smoothing_factor: float = field(
         default=0.0,
         metadata={
@@ -582,22 +544,6 @@ class PooledTrainingArguments(TrainingArguments):
     threshold_average: Literal["micro", "macro"] = field(
         default="micro", metadata={"help": "The F1 that tune_thresholds maximises: micro- or macro-averaged."}
     )
-    auto_poolings: list[str] = field(
-        default_factory=lambda: list(AUTO_POOLING_CANDIDATES),
-        metadata={
-            "help": "--pooling auto: the poolings to try (names, or one comma-separated list), at least two. The "
-            "default (mean, mean_max, attention, lstm) holds the best of the accuracy sweeps (README); mean, the "
-            "default pooling, first, so that it wins ties."
-        },
-    )
-    auto_pooling_budget: float = field(
-        default=AUTO_POOLING_BUDGET,
-        metadata={
-            "help": "--pooling auto: the share of the run's training steps each candidate trains for, in (0, 1], with "
-            "the run's seed, learning rates and schedule shape. 0.0625: a quarter of an epoch at 4 epochs, so four "
-            "candidates add a quarter of the run."
-        },
-    )
     task_sampling: Literal["proportional", "temperature", "round_robin"] = field(
         default="proportional",
         metadata={
@@ -633,26 +579,13 @@ class PooledTrainingArguments(TrainingArguments):
             raise UsageError(f"sampling_alpha must be a number >= 0, got {self.sampling_alpha!r}.")
         for name in ("head_learning_rate", "label_embedding_learning_rate", "label_embedding_weight_decay"):
             if getattr(self, name) is not None:
-                _require_number(name, getattr(self, name), lambda value: value >= 0, ">= 0 (or unset)")
-        _require_number(
-            "layerwise_lr_decay", self.layerwise_lr_decay, lambda value: 0 < value <= 1, "in (0, 1]"
-        )
-        _require_number(
-            "label_smoothing_factor", self.label_smoothing_factor, lambda value: 0 <= value < 1, "in [0, 1)"
-        )
-        self._check_linear_probe()
-        self._check_pooling_search()
-        if self.ema_decay is not None:
-            _require_number("ema_decay", self.ema_decay, lambda value: 0 <= value < 1, "in [0, 1) (or unset)")
+                require_number(name, getattr(self, name), lambda value: value >= 0, ">= 0 (or unset)")
+        for option in TRAINING_OPTIONS.values():
+            option.check_arguments(self)
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")
             self.load_best_model_at_end = True
-        if self.ema_decay is not None and self.save_only_model and self.load_best_model_at_end:
-            raise UsageError(
-                "ema_decay with load_best_model_at_end needs the average in the best checkpoint, which save_only_model "
-                "leaves out: drop save_only_model."
-            )
         if self.eval_strategy == "auto":
             self.eval_strategy = "epoch" if self.do_eval else "no"
         if self.save_strategy == "auto":
@@ -668,68 +601,11 @@ class PooledTrainingArguments(TrainingArguments):
             self.use_cpu = True
         super().__post_init__()
 
-    def _check_linear_probe(self) -> None:
-        _require_number("linear_probe_epochs", self.linear_probe_epochs, lambda value: value >= 0, ">= 0")
-        if not self.linear_probe_epochs:
-            return
-        if self.freeze_backbone:
-            raise UsageError(
-                "linear_probe_epochs trains the backbone after the probe, and freeze_backbone never does: choose one."
-            )
-        if self.max_steps <= 0 and self.linear_probe_epochs >= self.num_train_epochs:
-            raise UsageError(
-                f"linear_probe_epochs must be less than num_train_epochs ({self.num_train_epochs}), which it is part "
-                f"of, so that the backbone trains after the probe; got {self.linear_probe_epochs}."
-            )
-        if self.ddp_find_unused_parameters is None:
-            # Several processes: the backbone gets no gradient during the probe, which DistributedDataParallel must
-            # be told of (one process ignores the setting).
-            self.ddp_find_unused_parameters = True
-
-    def _check_pooling_search(self) -> None:
-        """--auto_poolings: registered poolings (a comma-separated string too, from a flag or a config file), at least
-        two, each once; --auto_pooling_budget: a share of the run."""
-        _require_number(
-            "auto_pooling_budget", self.auto_pooling_budget, lambda value: 0 < value <= 1, "in (0, 1]"
-        )
-        given = (
-            [self.auto_poolings] if isinstance(self.auto_poolings, str) else list(self.auto_poolings or [])
-        )
-        names = [name.strip() for item in given for name in str(item).split(",") if name.strip()]
-        for name in names:
-            if name not in POOLINGS:
-                raise UsageError(
-                    f"Unknown pooling {name!r} in auto_poolings. Valid choices: "
-                    f"{', '.join(known for known in POOLINGS if known not in NOT_AUTO_CANDIDATES)}."
-                )
-            if name in NOT_AUTO_CANDIDATES:
-                raise UsageError(f"auto_poolings cannot hold {name!r}: {NOT_AUTO_CANDIDATES[name]}.")
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        if repeated:
-            raise UsageError(f"auto_poolings names {', '.join(repeated)} more than once.")
-        if len(names) < 2:
-            raise UsageError(
-                f"auto_poolings needs at least two poolings to choose from, got {names}; to train one pooling, give "
-                "it as --pooling."
-            )
-        self.auto_poolings = names
-
-
-def _require_number(name: str, value: Any, valid, valid_range: str) -> None:
-    """Refuse a setting that is not a number in its range (a config file's value bypasses argparse's type)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
-        raise UsageError(f"{name} must be a number {valid_range}, got {value!r}.")
-
 
 def _launched_on_several_cpu_processes() -> bool:
     import torch
 
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available()
-
-
-# ----------------------------------------------------------------------------------------------------
-# Parsing: a config file first (optional), then flags that override it
-# ----------------------------------------------------------------------------------------------------
 
 
 def _refuse_code_references(keys, source: str) -> None:
@@ -783,6 +659,7 @@ def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTraining
     if argv and not argv[0].startswith("-"):
         config_file, argv = argv[0], argv[1:]
         file_values = read_config_file(config_file)
+        refuse_removed_options(file_values, f"Config file {config_file}")
         known = {action.dest for action in parser._actions}
         unknown = sorted(set(file_values) - known)
         if unknown:
@@ -792,6 +669,7 @@ def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTraining
             )
         parser.set_defaults(**file_values)  # flags given after the file override it
     _refuse_code_references([arg for arg in argv if arg.startswith("--")], "The command line")
+    refuse_removed_options(_command_line_settings(argv), "The command line")
     try:
         *outputs, remaining = parser.parse_args_into_dataclasses(
             args=argv, return_remaining_strings=True, look_for_args_file=False
@@ -810,3 +688,166 @@ def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTraining
 def _with_suggestion(key: str, known: set[str]) -> str:
     matches = difflib.get_close_matches(key, known, n=2)
     return f"{key} (did you mean {' or '.join(matches)}?)" if matches else key
+
+
+# A task's training settings and their defaults.
+TRAINING_SETTINGS = {"loss_weight": 1.0, "head_learning_rate": None, "start_epoch": 0, "freeze_head": False}
+
+
+# The data settings a task has of its own; every other data setting is the run's (max_seq_length...).
+TASK_DATA_SETTINGS = (
+    "dataset_name",
+    "dataset_config_name",
+    "train_split_name",
+    "validation_split_name",
+    "test_split_name",
+    "train_file",
+    "validation_file",
+    "test_file",
+    "text_column",
+    "text_pair_column",
+    "label_column",
+    "problem_type",
+    "label_separator",
+    "words_column",
+    "tags_column",
+    "label_all_subtokens",
+    "skip_unseen_labels",
+    "max_train_samples",
+    "max_eval_samples",
+    "max_predict_samples",
+)
+
+
+SEQUENCE_ONLY = ("text_column", "text_pair_column", "label_column", "problem_type", "label_separator")
+
+
+TOKEN_ONLY = ("words_column", "tags_column", "label_all_subtokens")
+
+
+HEAD_SETTINGS = (
+    "classifier_head",
+    "classifier_dropout",
+    "classifier_hidden_size",
+    "classifier_activation",
+)
+
+
+# The name of the task of a token-classification run from flags, and of a sequence-classification run from flags.
+SINGLE_TOKEN_TASK = "tokens"
+
+
+SINGLE_SEQUENCE_TASK = "sequence"
+
+
+# Settings of the whole model (the backbone is shared), not of a task: set on the model once it is built.
+MODEL_WIDE_SETTINGS = ("packed_batches",)
+
+
+def _model_setting_names() -> list[str]:
+    return [item.name for item in pooled_config_fields()]
+
+
+def _run_model_settings(chosen: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The run's model flags a task takes as defaults: all of them for a sequence task, the head's for a token task."""
+    if kind == SEQUENCE:
+        return dict(chosen)
+    return {name: value for name, value in chosen.items() if name in HEAD_SETTINGS}
+
+
+def task_specs(data_args, chosen_model_settings: dict[str, Any]) -> list[TaskSpec]:
+    """The run's tasks: from ``data_args.tasks``; else the one task a run from flags is, a token task
+    (``--tags_column``) or a sequence task."""
+    chosen_model_settings = {
+        name: value for name, value in chosen_model_settings.items() if name not in MODEL_WIDE_SETTINGS
+    }
+    if data_args.tasks is None:
+        data = dataclasses.replace(data_args, tasks=None)
+        if data_args.tags_column is None:
+            return [TaskSpec(SINGLE_SEQUENCE_TASK, SEQUENCE, data, dict(chosen_model_settings))]
+        return [TaskSpec(SINGLE_TOKEN_TASK, TOKEN, data, _run_model_settings(chosen_model_settings, TOKEN))]
+    tasks = data_args.tasks
+    if not isinstance(tasks, dict) or not tasks:
+        raise UsageError(
+            f"tasks must map task names to their settings (kind, data files, columns...), got {tasks!r}."
+        )
+    given = [
+        name
+        for name in ("train_file", "validation_file", "test_file", "dataset_name")
+        if getattr(data_args, name)
+    ]
+    if given:
+        raise UsageError(
+            f"A multi-task run reads each task's data from its own settings; {given[0]} is set for the whole run. "
+            "Put it under the task it belongs to."
+        )
+    return [_task_spec(name, settings, data_args, chosen_model_settings) for name, settings in tasks.items()]
+
+
+def _task_spec(name: Any, settings: Any, data_args, chosen_model_settings: dict[str, Any]) -> TaskSpec:
+    where = f"tasks[{name!r}]"
+    if not isinstance(settings, dict):
+        raise UsageError(f"{where} must be a mapping of settings, got {type(settings).__name__}.")
+    settings = dict(settings)
+    refuse_removed_options(settings, where)
+    kind = settings.pop("kind", None)
+    if kind not in TASK_KINDS:
+        raise UsageError(f"{where} needs a kind: one of {', '.join(map(repr, TASK_KINDS))}; got {kind!r}.")
+    not_for_kind = TOKEN_ONLY if kind == SEQUENCE else SEQUENCE_ONLY
+    model_names = _model_setting_names() if kind == SEQUENCE else list(HEAD_SETTINGS)
+    known = set(TASK_DATA_SETTINGS) - set(not_for_kind) | set(model_names) | set(TRAINING_SETTINGS)
+    for key in settings:
+        if key not in known:
+            if key in not_for_kind or key in _model_setting_names():
+                raise UsageError(f"{where}: {key!r} does not apply to a {kind} task.")
+            matches = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {matches[0]}?)" if matches else ""
+            raise UsageError(
+                f"{where}: unknown setting {key!r}{hint}. A {kind} task's settings are: kind, {', '.join(sorted(known))}."
+            )
+    data_settings = {key: settings[key] for key in TASK_DATA_SETTINGS if key in settings}
+    if kind == TOKEN:
+        data_settings.setdefault("tags_column", "tags")
+    try:
+        data = dataclasses.replace(data_args, tasks=None, example_texts=None, **data_settings)
+    except UsageError as error:
+        raise UsageError(f"{where}: {error}") from error
+    if not any(data.files().values()) and not data.dataset_name:
+        raise UsageError(f"{where} has no data: give its train_file (and validation_file, test_file).")
+    model = {
+        **_run_model_settings(chosen_model_settings, kind),
+        **{key: settings[key] for key in model_names if key in settings},
+    }
+    if "pos_weight" in model:
+        model["pos_weight"] = parse_pos_weight(model["pos_weight"])
+    training = {key: settings.get(key, default) for key, default in TRAINING_SETTINGS.items()}
+    _check_training_settings(where, training)
+    return TaskSpec(str(name), kind, data, model, **training)
+
+
+def _number(value: Any) -> Any:
+    # YAML reads 1e-3 (no dot) as text; argparse converts the run's own flags, a task's settings are converted here.
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _check_training_settings(where: str, training: dict[str, Any]) -> None:
+    training["loss_weight"] = _number(training["loss_weight"])
+    training["head_learning_rate"] = _number(training["head_learning_rate"])
+    weight = training["loss_weight"]
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+        raise UsageError(f"{where}: loss_weight must be a number >= 0, got {weight!r}.")
+    rate = training["head_learning_rate"]
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0):
+        raise UsageError(f"{where}: head_learning_rate must be a number >= 0, got {rate!r}.")
+    start = training["start_epoch"]
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise UsageError(
+            f"{where}: start_epoch must be an integer >= 0 (the first epoch is 0), got {start!r}."
+        )
+    if not isinstance(training["freeze_head"], bool):
+        raise UsageError(f"{where}: freeze_head must be true or false, got {training['freeze_head']!r}.")

@@ -1,32 +1,29 @@
 """Label smoothing (``--label_smoothing_factor``, transformers' own argument) done right for every kind of head.
 
-transformers' Trainer smooths with its ``LabelSmoother``: it takes the labels away from the model and computes a
-softmax cross-entropy from the logits. That is right for a single-label classifier only. For a multi-label model the
-Trainer turns smoothing off with a warning (the run trains unsmoothed), for a regression model it fails (class ids are
-expected), and in a multi-task run it would apply a softmax cross-entropy to every task's logits. Here the smoothed
-loss follows the batch's problem type instead:
-
-* single-label and token classification: cross-entropy against ``1 - ε`` on the true class plus ``ε`` spread evenly
-  over all classes (what ``torch.nn.functional.cross_entropy(label_smoothing=ε)`` computes);
-* multi-label: the run's multi-label loss (BCE, focal or asymmetric, with its ``pos_weight``) on the targets
-  ``y (1 - ε) + ε / 2``: each label's 0/1 target is pulled towards 1/2 by ``ε / 2``;
-* regression: nothing to smooth. A regression run is refused; a multi-task run's regression tasks keep their loss.
-
-Only the training loss is smoothed: evaluation losses stay the model's own, comparable between runs with and
-without smoothing.
-"""
+transformers' Trainer smooths with its ``LabelSmoother``: softmax cross-entropy from the logits, right for a
+single-label classifier only. Here the smoothed loss follows the batch's problem type: single-label and token
+classification use cross-entropy against ``1 - ε`` on the true class plus ``ε`` spread over all classes; multi-label
+runs train their multi-label loss on targets ``y (1 - ε) + ε / 2``; regression has nothing to smooth (a regression run
+is refused; a multi-task run's regression tasks keep their loss). Only the training loss is smoothed."""
 
 from __future__ import annotations
+
+import logging
 
 import torch
 from torch import nn
 
-from ..modeling.configuration_multitask import TOKEN
-from ..modeling.losses import classification_loss
-from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
-from ..modeling.targets import IGNORE_INDEX, as_label_tensor
-from .errors import UsageError
-from .multitask_data import TASK_KEY
+from ...modeling.configuration_multitask import TOKEN
+from ...modeling.losses import classification_loss
+from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from ...modeling.targets import IGNORE_INDEX, as_label_tensor
+from ..errors import UsageError
+from . import TrainingOption, register_option, require_number
+
+# The batch key naming its task: PooledForMultiTask.forward's argument (data/batching.TASK_KEY, one layer up).
+TASK_KEY = "task"
+
+logger = logging.getLogger("pooled_models.train")
 
 __all__ = ["smoothed_loss", "smoothed_tasks", "check_label_smoothing"]
 
@@ -94,3 +91,30 @@ def check_label_smoothing(model, epsilon: float) -> list[str]:
     raise UsageError(
         f"label_smoothing_factor={epsilon} smooths class targets, and {problem}. Leave label_smoothing_factor at 0."
     )
+
+
+@register_option
+class LabelSmoothing(TrainingOption):
+    """``--label_smoothing_factor`` (transformers' own argument), applied by the batch's problem type."""
+
+    name = "label_smoothing_factor"
+    card_label = "label smoothing"
+
+    def is_on(self, args) -> bool:
+        return bool(getattr(args, self.name, 0.0))
+
+    def check_arguments(self, args) -> None:
+        require_number(self.name, getattr(args, self.name), lambda value: 0 <= value < 1, "in [0, 1)")
+
+    def check_model(self, model, args) -> None:
+        unsmoothed = check_label_smoothing(model, getattr(args, self.name, 0.0))
+        if unsmoothed:
+            logger.info(
+                "Label smoothing applies to the classification tasks; the regression tasks (%s) keep their loss.",
+                ", ".join(unsmoothed),
+            )
+
+    def training_loss(self, model, inputs, outputs, args):
+        if not self.is_on(args) or "labels" not in inputs:
+            return None
+        return smoothed_loss(model, inputs, outputs.logits, getattr(args, self.name))

@@ -7,7 +7,7 @@ and its team (for the sequence task) and the same message as words with one BIO 
 ``{"text": ..., "team": ..., "words": [...], "tags": [...]}``. The tags are exact by construction: each entity is
 written into its slot of the template.
 
-``python -m pooled_models.train.demo_multitask_data data/demo_multitask`` writes the jsonl files that
+``python scripts/demo_multitask_data.py data/demo_multitask`` writes the jsonl files that
 ``configs/multitask_demo.yaml`` reads (they are also committed, and a test checks they match).
 """
 
@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from .demo_data import CLOSINGS, GREETINGS
+from demo_data import CLOSINGS, GREETINGS
 
 __all__ = [
     "REQUESTS",

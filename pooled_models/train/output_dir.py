@@ -1,23 +1,6 @@
-"""A run's output folder: locked while the run lives, written in a staging folder, published whole.
-
-Next to ``output_dir`` (``out`` below) a run uses:
-
-* ``out.lock``: held (``flock``) for the life of the run and naming it (pid, host, start time, command), so a second
-  run on the same folder is refused at once; the kernel drops the lock when a process dies, however it dies, so a
-  lock left by a killed run is recognised as stale;
-* ``out.incomplete``: the work folder, where Trainer writes its checkpoints, then the final model, card and results;
-* ``out.replaced``: only while publishing, the previous model moved aside.
-
-Both the work folder and the published folder hold ``pooled_models_run.json``, the run record: that a train.py run
-wrote the folder, whether the run finished, and (once finished) the entries the published folder consists of. A
-later run reads it to tell a folder it may replace from one holding anything else, and a finished model that must
-be published from leftovers it may remove.
-
-Publishing: the record is marked finished (written atomically), the checkpoints are removed, ``out`` is moved to
-``out.replaced``, ``out.incomplete`` is renamed to ``out``, and ``out.replaced`` is removed. A kill at any point
-leaves the old model or the new one intact, and the next run on the same ``output_dir`` (whatever its other
-arguments) first completes or rolls back the interrupted publish and says what it did (:meth:`recover`).
-"""
+"""output_dir, safely: the lock one process holds for the whole run, the run record, the staging folder the
+run writes into (``<output_dir>.incomplete``), publishing it by rename only once the run succeeded, recovering what a
+killed run left, and the complete checkpoints a run can resume from (safetensors weights, trainer state written last)."""
 
 from __future__ import annotations
 
@@ -25,15 +8,19 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import socket
+import struct
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .checkpoints import checkpoint_problem, checkpoints_in, complete_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
+
 from .errors import UsageError
 
 __all__ = [
@@ -43,13 +30,22 @@ __all__ = [
     "PICKLED_FILES",
     "STAGE_HOOKS",
     "read_run_record",
+    "checkpoint_problem",
+    "checkpoints_in",
+    "complete_checkpoints",
+    "resolve_checkpoint",
+    "TRUE_WORDS",
 ]
 
 logger = logging.getLogger("pooled_models.train")
 
+
 RUN_RECORD = "pooled_models_run.json"
+
+
 # Written by Trainer with torch.save next to the model; the published folder holds no pickle.
 PICKLED_FILES = ("training_args.bin",)
+
 
 # A test seam: each hook is called with the name of every publishing stage as it is reached ("final_saved",
 # "finished", "checkpoint_removed", "moved_aside", "renamed"). The fault-injection tests add one that kills the
@@ -106,11 +102,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
-
-
-# ----------------------------------------------------------------------------------------------------
-# The lock
-# ----------------------------------------------------------------------------------------------------
 
 
 class OutputDirLock:
@@ -207,11 +198,6 @@ class OutputDirLock:
         except ValueError:
             info = {}
         return info if isinstance(info, dict) else {}
-
-
-# ----------------------------------------------------------------------------------------------------
-# The output folder
-# ----------------------------------------------------------------------------------------------------
 
 
 class StagedOutputDir:
@@ -415,3 +401,133 @@ class StagedOutputDir:
         self.work.rename(self.final)
         _reached("renamed")
         _remove(self.replaced)
+
+
+TRAINER_STATE = "trainer_state.json"
+
+
+# What Trainer needs to continue a run where it stopped; the RNG states are optional (Trainer warns without them).
+OPTIMIZER_FILES = ("optimizer.pt", "scheduler.pt")
+
+
+TRUE_WORDS = ("true", "yes", "last")
+
+
+_STEP = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+def checkpoints_in(folder: Path) -> list[Path]:
+    """The ``checkpoint-<step>`` folders of ``folder``, newest (highest step) first."""
+    if not folder.is_dir():
+        return []
+    found = [
+        (int(match.group(1)), path)
+        for path in folder.iterdir()
+        if path.is_dir() and (match := _STEP.match(path.name))
+    ]
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """Why a safetensors file is unusable (missing, or cut short by a kill or a full disk), or None."""
+    if not path.is_file():
+        return f"no {path.name}"
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as handle:
+            (header_length,) = struct.unpack("<Q", handle.read(8))
+            if 8 + header_length > size:
+                return f"{path.name} is cut short"
+            header = json.loads(handle.read(header_length))
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return f"{path.name} is cut short or not safetensors"
+    data_end = max(
+        (entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0
+    )
+    if 8 + header_length + data_end > size:
+        return f"{path.name} is cut short ({size} of {8 + header_length + data_end} bytes)"
+    return None
+
+
+def _weights_problem(folder: Path) -> str | None:
+    index = folder / SAFE_WEIGHTS_INDEX_NAME
+    if not index.is_file():
+        return _safetensors_problem(folder / SAFE_WEIGHTS_NAME)
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (ValueError, KeyError):
+        return f"{index.name} is cut short"
+    for shard in shards:
+        problem = _safetensors_problem(folder / shard)
+        if problem:
+            return problem
+    return None
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why Trainer could not resume from ``folder``, or None when it holds everything a resume needs."""
+    state = folder / TRAINER_STATE
+    # trainer_state.json is written last: without it the run was stopped while the checkpoint was being written.
+    if not state.is_file():
+        return f"no {TRAINER_STATE} (the run stopped while writing this checkpoint)"
+    try:
+        json.loads(state.read_text())
+    except (ValueError, UnicodeDecodeError):
+        return f"{TRAINER_STATE} is cut short"
+    weights = _weights_problem(folder)
+    if weights:
+        return weights
+    missing = [name for name in OPTIMIZER_FILES if not (folder / name).is_file()]
+    if missing:
+        return f"no {' or '.join(missing)} (saved with --save_only_model?)"
+    return None
+
+
+def complete_checkpoints(folder: Path) -> list[Path]:
+    """The checkpoints of ``folder`` that a resume can use, newest first."""
+    return [path for path in checkpoints_in(folder) if checkpoint_problem(path) is None]
+
+
+def resolve_checkpoint(resume_from_checkpoint: str | None, work_dir: Path) -> str | None:
+    """The checkpoint folder to resume from: ``true``/``last`` means the newest complete one in ``work_dir``.
+
+    Incomplete newer checkpoints are skipped, each named with its reason (the resumed run writes them again). The model weights must be a safetensors file: resuming never unpickles weights.
+    """
+    if resume_from_checkpoint is None or resume_from_checkpoint.lower() in ("false", "no", "none", ""):
+        return None
+    if resume_from_checkpoint.lower() not in TRUE_WORDS:
+        return _given_checkpoint(Path(resume_from_checkpoint))
+    found = checkpoints_in(work_dir)
+    if not found:
+        raise UsageError(
+            f"resume_from_checkpoint={resume_from_checkpoint}: no {PREFIX_CHECKPOINT_DIR}-* folder in {work_dir}, "
+            "where an interrupted run with this output_dir keeps its checkpoints. Start the run again without "
+            "--resume_from_checkpoint."
+        )
+    for path in found:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            logger.info("Resuming from %s, the newest complete checkpoint in %s.", path.name, work_dir)
+            return str(path)
+        logger.warning(
+            "Skipping %s, which is incomplete: %s. The resumed run writes it again.", path.name, problem
+        )
+    reasons = "; ".join(f"{path.name}: {checkpoint_problem(path)}" for path in found)
+    raise UsageError(
+        f"resume_from_checkpoint={resume_from_checkpoint}: no complete checkpoint in {work_dir} ({reasons}). "
+        "Start the run again without --resume_from_checkpoint."
+    )
+
+
+def _given_checkpoint(path: Path) -> str:
+    if not path.is_dir():
+        raise UsageError(f"resume_from_checkpoint: {path} is not a folder.")
+    if _weights_problem(path) == f"no {SAFE_WEIGHTS_NAME}":
+        raise UsageError(
+            f"resume_from_checkpoint: {path} holds no {SAFE_WEIGHTS_NAME}; train.py only resumes from "
+            "safetensors weights (it never unpickles a model)."
+        )
+    problem = checkpoint_problem(path)
+    if problem:
+        raise UsageError(f"resume_from_checkpoint: {path} cannot be resumed from: {problem}.")
+    return str(path)

@@ -2,7 +2,7 @@
 
 Generated here, from phrase banks and a fixed seed, so the quickstart needs no download. Every message joins
 a greeting, one request that says which team it is for, and a closing, so the classifier has to find the
-request among words all teams share. ``python -m pooled_models.train.demo_data data/demo`` writes the csv files
+request among words all teams share. ``python scripts/demo_data.py data/demo`` writes the csv files
 that ``configs/quickstart.yaml`` reads (they are also committed, and a test checks they match).
 """
 

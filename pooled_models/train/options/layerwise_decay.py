@@ -1,10 +1,6 @@
-"""Learning rates by depth: layer-wise learning-rate decay (``--layerwise_lr_decay``).
-
-The layers nearest the input hold the most general features and the least task-specific ones, so fine-tuning
-changes them least: layer i of L trains at ``learning_rate x decay^(L-1-i)`` (the top layer at the full rate), the
-embeddings one step lower still, at ``decay^L``. A backbone's layers are found by the number in their parameter
-names, which every family built into transformers spells one of a few ways, so no model type needs its own table.
-"""
+"""Layer-wise learning-rate decay (``--layerwise_lr_decay``): backbone layer i of L trains at
+``learning_rate x decay^(L-1-i)``, the embeddings at ``learning_rate x decay^L``; the layers are found by the numbers
+in the backbone's parameter names (a backbone without them is refused before anything is written)."""
 
 from __future__ import annotations
 
@@ -12,7 +8,9 @@ import re
 
 from torch import nn
 
-from .errors import UsageError
+from ..errors import UsageError
+from ..optim import backbone_of
+from . import TrainingOption, register_option, require_number
 
 __all__ = ["LAYER_NUMBER", "layer_numbers", "embedding_parameters", "layerwise_learning_rates"]
 
@@ -70,3 +68,25 @@ def layerwise_learning_rates(backbone: nn.Module, learning_rate: float, decay: f
             steps_below_top = 0
         rates[key] = learning_rate * decay**steps_below_top
     return rates
+
+
+@register_option
+class LayerwiseDecay(TrainingOption):
+    """``--layerwise_lr_decay``: the backbone's layers train at rates that fall towards the input."""
+
+    name = "layerwise_lr_decay"
+    card_label = "layer-wise learning-rate decay"
+
+    def is_on(self, args) -> bool:
+        return getattr(args, self.name, 1.0) != 1.0
+
+    def check_arguments(self, args) -> None:
+        require_number(self.name, getattr(args, self.name), lambda value: 0 < value <= 1, "in (0, 1]")
+
+    def check_model(self, model, args) -> None:
+        self.learning_rates(model, args)  # a backbone whose layers cannot be found raises a UsageError
+
+    def learning_rates(self, model, args) -> dict[int, float]:
+        if not self.is_on(args):
+            return {}
+        return layerwise_learning_rates(backbone_of(model), args.learning_rate, getattr(args, self.name))

@@ -1,15 +1,5 @@
-"""Data for token classification (NER, tagging): a words column and a tags column, checked, and aligned to sub-words.
-
-Rows hold a list of words and a list of tags, one per word (jsonl/json/parquet: ``{"words": [...], "tags": [...]}``),
-or come from a CoNLL-style file (``.conll``: one word a line, its tag in the last column, a blank line between
-sentences, ``-DOCSTART-`` lines skipped). Every check runs before a model is built, and every error names the file,
-the column and the row (and the word, where it is one word's fault).
-
-Sub-word alignment: the tokenizer splits words into sub-tokens; the first sub-token of each word gets the word's tag,
-and the others are ignored in the loss and the metrics (-100), unless ``label_all_subtokens``: then they get the
-word's tag too, with a ``B-`` tag continued as its ``I-`` tag (when the label space has it), as the entity goes on.
-Special tokens are always -100.
-"""
+"""Token-classification data: CoNLL and word/tag columns, the tag set, tags aligned to sub-tokens, and word-level
+predictions back from token logits."""
 
 from __future__ import annotations
 
@@ -19,9 +9,9 @@ from typing import Any
 
 from datasets import Dataset, Features, Sequence, Value
 
-from .data import Split, _read_file, limit_rows, load_splits
-from .errors import DataError, UsageError, where
-from .fingerprint import tokenizing_fingerprint
+from ..errors import DataError, UsageError, where
+from .batching import tokenizing_fingerprint
+from .sequence import Split, _read_file, limit_rows, load_splits
 
 __all__ = [
     "CONLL_SUFFIXES",
@@ -38,9 +28,16 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
 CONLL_SUFFIXES = (".conll",)
+
+
 CONLL_COLUMNS = ("words", "tags")  # the columns a CoNLL file is read into
+
+
 OUTSIDE = "O"  # the tag of words outside every entity, which sorts first
+
+
 IGNORED = -100
 
 

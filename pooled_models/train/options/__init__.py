@@ -1,0 +1,135 @@
+"""The optional training techniques train.py keeps, registered by name as poolings are, and the options it removed.
+
+An option is one module here: a :class:`TrainingOption` subclass with its argument check, the rule that does the
+work (a parameter-group learning rate, or a training loss), and the line it adds to the model card, registered with
+:func:`register_option`. The command line, the Trainer and the card ask :data:`TRAINING_OPTIONS`; nothing else names
+an option. Adding one is one module in this folder (imported when this package is) plus its test.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any
+
+from ..errors import UsageError
+
+__all__ = [
+    "TrainingOption",
+    "TRAINING_OPTIONS",
+    "register_option",
+    "require_number",
+    "REMOVED_IN",
+    "REMOVED_OPTIONS",
+    "AUTO_POOLING",
+    "refuse_removed_options",
+]
+
+
+class TrainingOption:
+    """One optional technique, off by default. ``name`` is its training argument (a field of
+    ``cli.PooledTrainingArguments``, or of transformers' ``TrainingArguments``)."""
+
+    name: str = ""
+    card_label: str = ""  # the row the model card gives it in "Training settings"
+
+    def is_on(self, args) -> bool:
+        raise NotImplementedError
+
+    def check_arguments(self, args) -> None:
+        """Refuse a value out of range (a config file's value bypasses argparse's type)."""
+
+    def check_model(self, model, args) -> None:
+        """Refuse, before the run writes anything, a model the option cannot apply to."""
+
+    def learning_rates(self, model, args) -> dict[int, float]:
+        """id of a parameter -> its learning rate, for the parameters this option gives their own."""
+        return {}
+
+    def training_loss(self, model, inputs, outputs, args):
+        """The training loss this option computes instead of the model's, or None to keep the model's."""
+        return None
+
+    def card_row(self, args) -> dict[str, Any]:
+        return {self.card_label: getattr(args, self.name)} if self.is_on(args) else {}
+
+
+TRAINING_OPTIONS: dict[str, TrainingOption] = {}
+
+
+def register_option(cls: type[TrainingOption]) -> type[TrainingOption]:
+    if not cls.name or cls.name in TRAINING_OPTIONS:
+        raise ValueError(f"A training option needs a name of its own, got {cls.name!r}.")
+    TRAINING_OPTIONS[cls.name] = cls()
+    return cls
+
+
+def require_number(name: str, value: Any, valid, valid_range: str) -> None:
+    """Refuse a setting that is not a number in its range (a config file's value bypasses argparse's type)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
+        raise UsageError(f"{name} must be a number {valid_range}, got {value!r}.")
+
+
+# Options removed in 0.3, each after it lost on the project's own benchmarks (bench/recipes.py, 3 seeds; the results
+# stay in bench/results/recipes): name -> what it measured and what to do instead. The CLI refuses each one, from the
+# command line and from a config file, with this text. The three model settings among them stay PooledConfig fields,
+# so a saved model that records them still loads and predicts; train.py no longer sets them.
+REMOVED_IN = "0.3"
+
+
+REMOVED_OPTIONS = {
+    "ema_decay": "an exponential moving average of the weights measured -1.2 macro-F1 on fortunes. Train without it: "
+    "the last weights (or, with --load_best_model_at_end, the best checkpoint's) are saved",
+    "linear_probe_epochs": "LP-FT (the pooler and head alone first) measured -0.4 macro-F1 on fortunes. Train "
+    "everything from the start: --head_learning_rate already gives the new head its larger steps",
+    "auto_poolings": "--pooling auto measured -1.1 macro-F1 on fortunes at 1.3x the training time. Compare poolings "
+    "with pooled-sweep (sweep.py) and pass the winner as --pooling",
+    "auto_pooling_budget": "--pooling auto measured -1.1 macro-F1 on fortunes at 1.3x the training time. Compare "
+    "poolings with pooled-sweep (sweep.py) and pass the winner as --pooling",
+    "classifier_dropout_samples": "multi-sample dropout in the head measured -0.7 macro-F1 on fortunes. Leave it out "
+    "(one dropout sample, classifier_dropout as usual); saved models that use it still load",
+    "label_token_scorer": "the 'shared' label-token scorer measured 0.44 against 0.55 for 'per_label' (fortunes "
+    "macro-F1). Leave it out: label tokens score with 'per_label'; saved models that use 'shared' still load",
+    "label_token_position": "label tokens after the text measured -2.7 macro-F1 on fortunes. Leave it out: label "
+    "tokens go before the text; saved models that put them after still load",
+}
+
+
+# --pooling auto: the value, refused the same way.
+AUTO_POOLING = "auto"
+
+
+REMOVED_POOLING_AUTO = REMOVED_OPTIONS["auto_poolings"]
+
+
+def removed_option_message(name: str, source: str) -> str:
+    return (
+        f"{source} sets {name!r}, which was removed in pooled_models {REMOVED_IN}: {REMOVED_OPTIONS[name]}."
+    )
+
+
+def refuse_removed_options(values: dict[str, Any], source: str) -> None:
+    """A UsageError naming the first removed option (or ``pooling: auto``) that ``values`` sets."""
+    for key in values:
+        name = key.lstrip("-").replace("-", "_").split("=")[0]
+        if name in REMOVED_OPTIONS:
+            raise UsageError(removed_option_message(name, source))
+        if name == "pooling" and _names_auto(key, values[key]):
+            raise UsageError(
+                f"{source} sets pooling 'auto', which was removed in pooled_models {REMOVED_IN}: "
+                f"{REMOVED_POOLING_AUTO}."
+            )
+
+
+def _names_auto(key: str, value: Any) -> bool:
+    return value == AUTO_POOLING or key.endswith(f"={AUTO_POOLING}")
+
+
+def _register_every_option() -> None:
+    """Import every module of this folder: each registers its option. Adding an option is adding its module; the
+    modules import this one, so this one names none of them (no import cycle)."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+
+
+_register_every_option()

@@ -1,0 +1,170 @@
+"""The training room's shape, read from the source: its layers (the command line above the pipeline, the pipeline
+above data, model, trainer, evaluation, publishing and the output folder, those above the shared pieces) with imports
+running one way; its size (at most 18 modules); no function in the package over 80 lines; no chain of module-level
+imports within the room over 8 modules. tests/modeling/test_layering.py holds the rules between rooms."""
+
+import ast
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+PACKAGE = REPO / "pooled_models"
+TRAIN = PACKAGE / "train"
+
+# Top to bottom; a module may import its own layer's modules (no cycle: tests/modeling/test_layering.py) and lower.
+LAYERS = [
+    {"cli", "__main__"},
+    {"pipeline"},
+    {"data", "model", "trainer", "evaluation", "publish", "output_dir"},
+    {"optim", "options", "errors", "__init__"},
+]
+# The only modules that may import the pipeline or the command line: the entry points and the sweep, which runs
+# train.py's run in its own process.
+ENTRY_POINTS = ("pooled_models.train.cli", "pooled_models.train.__main__", "pooled_models.sweep")
+MAX_MODULES = 18
+MAX_FUNCTION_LINES = 80
+MAX_IMPORT_CHAIN = 8
+# Functions over the limit outside the training room, reported to their room's owner (the model room travels with
+# checkpoints and is changed there): (file, function) -> lines when reported. A new one, or one grown, fails.
+KNOWN_LONG_FUNCTIONS = {("modeling/encoding.py", "encode"): 93}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> set[str]:
+    return {module_name(path) for path in PACKAGE.rglob("*.py")}
+
+
+def resolve(path: Path, module: str | None, level: int) -> str:
+    if level == 0:
+        return module or ""
+    base = module_name(path).split(".")
+    if path.name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def imported_modules(path: Path, top_level_only: bool = False) -> set[str]:
+    """The package's modules ``path`` imports: anywhere in the file, or only at module level (what runs on import:
+    not inside functions, not under ``if TYPE_CHECKING``)."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    known, found = modules(), set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve(path, node.module, node.level)
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target.startswith("pooled_models") and target != module_name(path):
+                found.add(target)
+    return found
+
+
+def layer(module: str) -> int | None:
+    """The layer of a training-room module (its first name under train/), None outside the room."""
+    if not module.startswith("pooled_models.train"):
+        return None
+    parts = module.split(".")
+    top = parts[2] if len(parts) > 2 else "__init__"
+    for index, names in enumerate(LAYERS):
+        if top in names:
+            return index
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+
+
+TRAIN_FILES = sorted(TRAIN.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TRAIN_FILES, ids=lambda path: str(path.relative_to(TRAIN)))
+def test_a_training_module_imports_only_its_layer_and_the_layers_below(path):
+    name = module_name(path)
+    own = layer(name)
+    upward = sorted(target for target in imported_modules(path) if (layer(target) or own) < own)
+    assert upward == [], f"{name} (layer {own}) imports a layer above it: {upward}"
+
+
+def test_only_the_entry_points_import_the_pipeline_and_the_command_line():
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        if name.startswith(ENTRY_POINTS):
+            continue
+        top = {"pooled_models.train.cli", "pooled_models.train.pipeline"} & imported_modules(path)
+        allowed = {"pooled_models.train.pipeline"} if name == "pooled_models.train.cli" else set()
+        assert top <= allowed, f"{name} imports {sorted(top - allowed)}"
+
+
+def test_the_training_room_has_at_most_18_modules():
+    # Every .py file under train/, subpackages' __init__.py included.
+    found = [str(path.relative_to(TRAIN)) for path in TRAIN_FILES]
+    assert len(found) <= MAX_MODULES, sorted(found)
+
+
+def long_functions(root: Path) -> dict[tuple[str, str], int]:
+    """(file relative to pooled_models/, function) -> its lines, decorators included, for those over the limit."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
+                lines = node.end_lineno - start + 1
+                if lines > MAX_FUNCTION_LINES:
+                    found[(str(path.relative_to(root)), node.name)] = lines
+    return found
+
+
+def test_no_function_in_the_package_is_over_80_lines():
+    found = long_functions(PACKAGE)
+    grown = {
+        key: lines
+        for key, lines in found.items()
+        if lines > KNOWN_LONG_FUNCTIONS.get(key, MAX_FUNCTION_LINES)
+    }
+    assert grown == {}
+
+
+def test_the_length_check_sees_a_long_function(tmp_path):
+    body = "\n".join(f"    x{index} = {index}" for index in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"def long():\n{body}\n")
+    assert long_functions(tmp_path) == {("long.py", "long"): MAX_FUNCTION_LINES + 1}
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest path of module-level imports (the graph has no cycle: tests/modeling/test_layering.py)."""
+    memo: dict[str, list[str]] = {}
+
+    def chain(module: str) -> list[str]:
+        if module not in memo:
+            memo[module] = [module] + max(
+                (chain(target) for target in graph.get(module, ())), key=len, default=[]
+            )
+        return memo[module]
+
+    return max((chain(module) for module in graph), key=len)
+
+
+def test_no_chain_of_module_level_imports_is_over_8_modules():
+    # The training room's own chains (the model room's, up to 5 modules from a config to the registry, is its own).
+    graph = {
+        module_name(path): {
+            target for target in imported_modules(path, top_level_only=True) if layer(target) is not None
+        }
+        for path in TRAIN_FILES
+    }
+    chain = longest_chain(graph)
+    assert len(chain) <= MAX_IMPORT_CHAIN, " -> ".join(chain)
+
+
+def test_the_chain_check_counts_every_module_of_a_chain():
+    graph = {f"m{index}": {f"m{index + 1}"} for index in range(9)} | {"m9": set(), "side": {"m8"}}
+    assert longest_chain(graph) == [f"m{index}" for index in range(10)]

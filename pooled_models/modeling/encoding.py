@@ -89,56 +89,78 @@ class SentenceEncoderMixin:
         """
         single = _is_single_input(sentences)
         inputs = [sentences] if single else list(sentences)
-        pairs = _pair_form(inputs)
-        label_index = self._label_index(label)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
+        label_index = self._label_index(label)
         tokenizer = self._encoding_tokenizer(tokenizer)
-        max_length = self._encoding_max_length(tokenizer, max_length)
         if normalize_embeddings is None:
             normalize_embeddings = bool(getattr(self.config, "normalize_embeddings", False))
         if device is not None and torch.device(device) != self.device:
             self.to(device)
         keep_on_device = convert_to_tensor or not convert_to_numpy
         output_device = self.device if keep_on_device else torch.device("cpu")
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.pad_token_id
         if show_progress_bar is None:
             show_progress_bar = len(inputs) >= PROGRESS_BAR_FROM
-
-        result = None
         was_training = self.training
         self.eval()
+        try:
+            with torch.inference_mode():  # as sentence-transformers: no autograd bookkeeping at all
+                result = self._encode_in_sorted_batches(
+                    inputs,
+                    tokenizer,
+                    max_length=self._encoding_max_length(tokenizer, max_length),
+                    batch_size=batch_size,
+                    label_index=label_index,
+                    normalize=normalize_embeddings,
+                    output_device=output_device,
+                    show_progress_bar=show_progress_bar,
+                )
+        finally:
+            self.train(was_training)
+        if result is None:  # no sentences
+            result = torch.empty((0, *self._embedding_shape(label_index)), device=output_device)
+        return _as_returned(result, single=single, keep_on_device=keep_on_device)
+
+    def _encode_in_sorted_batches(
+        self,
+        inputs,
+        tokenizer,
+        *,
+        max_length,
+        batch_size,
+        label_index,
+        normalize,
+        output_device,
+        show_progress_bar,
+    ) -> torch.Tensor | None:
+        """The float32 embeddings of ``inputs`` in their order (None for no input), computed block by block in
+        length-sorted batches."""
+        pairs = _pair_form(inputs)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.pad_token_id
+        result = None
         progress = logging.tqdm(
             total=len(inputs), disable=not show_progress_bar, desc="Encoding", unit="text"
         )
         try:
-            with torch.inference_mode():  # as sentence-transformers: no autograd bookkeeping at all
-                for start in range(0, len(inputs), BLOCK_SIZE):
-                    block = _tokenize(tokenizer, inputs[start : start + BLOCK_SIZE], pairs, max_length)
-                    for rows, batch in _sorted_batches(block, batch_size, pad_id):
-                        batch = {name: tensor.to(self.device) for name, tensor in batch.items()}
-                        vectors = self.embed(**batch)
-                        if label_index is not None:
-                            vectors = vectors[:, label_index]
-                        vectors = vectors.float()
-                        if normalize_embeddings:
-                            vectors = F.normalize(vectors, dim=-1)
-                        if result is None:
-                            result = torch.empty(
-                                (len(inputs), *vectors.shape[1:]), dtype=torch.float32, device=output_device
-                            )
-                        result[torch.as_tensor(rows) + start] = vectors.to(output_device)
-                        progress.update(len(rows))
+            for start in range(0, len(inputs), BLOCK_SIZE):
+                block = _tokenize(tokenizer, inputs[start : start + BLOCK_SIZE], pairs, max_length)
+                for rows, batch in _sorted_batches(block, batch_size, pad_id):
+                    batch = {name: tensor.to(self.device) for name, tensor in batch.items()}
+                    vectors = self.embed(**batch)
+                    if label_index is not None:
+                        vectors = vectors[:, label_index]
+                    vectors = vectors.float()
+                    if normalize:
+                        vectors = F.normalize(vectors, dim=-1)
+                    if result is None:
+                        result = torch.empty(
+                            (len(inputs), *vectors.shape[1:]), dtype=torch.float32, device=output_device
+                        )
+                    result[torch.as_tensor(rows) + start] = vectors.to(output_device)
+                    progress.update(len(rows))
         finally:
             progress.close()
-            self.train(was_training)
-        if result is None:  # no sentences
-            result = torch.empty((0, *self._embedding_shape(label_index)), device=output_device)
-        elif keep_on_device:
-            result = result.clone()  # an inference tensor would refuse later autograd use; a copy is ordinary
-        if single:
-            result = result[0]
-        return result if keep_on_device else result.numpy()
+        return result
 
     def similarity(self, embeddings, other_embeddings, similarity_fn: str = "cosine") -> torch.Tensor:
         """``[N, M]`` similarities of every row of ``embeddings`` with every row of ``other_embeddings`` (numpy
@@ -249,6 +271,15 @@ class SentenceEncoderMixin:
                 repo_id = hub_kwargs.pop("repo_id", os.path.basename(os.path.normpath(save_directory)))
                 self.push_to_hub(repo_id, **hub_kwargs)
         return saved
+
+
+def _as_returned(result: torch.Tensor, *, single: bool, keep_on_device: bool):
+    """encode's result as returned: a tensor or a numpy array, one row for a single text."""
+    if keep_on_device:
+        result = result.clone()  # an inference tensor would refuse later autograd use; a copy is ordinary
+    if single:
+        result = result[0]
+    return result if keep_on_device else result.numpy()
 
 
 def _is_single_input(sentences) -> bool:

@@ -13,10 +13,17 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
-__all__ = ["backbone_class", "build_backbone", "load_backbone", "position_offset", "position_ids_from_mask"]
+__all__ = [
+    "backbone_class",
+    "build_backbone",
+    "load_backbone",
+    "input_embeddings_of",
+    "position_offset",
+    "position_ids_from_mask",
+]
 
 # Submodules some backbones build but never call in forward. A parameter that never gets a gradient
 # makes DistributedDataParallel (find_unused_parameters=False) fail, so they are dropped.
@@ -24,11 +31,19 @@ UNUSED_BACKBONE_MODULES = ("contact_head",)  # ESM's contact predictor, only run
 
 
 def backbone_class(backbone_config) -> type[PreTrainedModel]:
+    """AutoModel's class for the config. Where transformers maps a type to several base models (Funnel: the
+    full-length ``FunnelModel`` and the pooled ``FunnelBaseModel``), the one the config's ``architectures`` names,
+    else the first: transformers' own ``_get_model_class`` rule, which fails on a config whose ``architectures`` is
+    None (``TypeError: 'NoneType' object is not iterable``), as every config built in code has."""
     if type(backbone_config) not in MODEL_MAPPING:
         raise ValueError(
             f"transformers has no AutoModel class for backbone model_type {backbone_config.model_type!r}."
         )
-    return MODEL_MAPPING[type(backbone_config)]
+    classes = MODEL_MAPPING[type(backbone_config)]
+    if not isinstance(classes, (list, tuple)):
+        return classes
+    named = set(getattr(backbone_config, "architectures", None) or [])
+    return next((model_class for model_class in classes if model_class.__name__ in named), classes[0])
 
 
 def _backbone_init_kwargs(backbone_config) -> dict[str, Any]:
@@ -46,8 +61,11 @@ def _drop_unused_modules(backbone: PreTrainedModel) -> PreTrainedModel:
 
 def build_backbone(backbone_config) -> PreTrainedModel:
     """A randomly initialised backbone (weights come later from ``from_pretrained``)."""
+    # The class's own _from_config, which AutoModel.from_config calls once it has picked the class.
     return _drop_unused_modules(
-        AutoModel.from_config(backbone_config, **_backbone_init_kwargs(backbone_config))
+        backbone_class(backbone_config)._from_config(
+            backbone_config, **_backbone_init_kwargs(backbone_config)
+        )
     )
 
 
@@ -83,6 +101,15 @@ def load_backbone(name_or_path: str | os.PathLike, backbone_config, **kwargs) ->
             name_or_path, config=backbone_config, use_safetensors=True, **init_kwargs, **kwargs
         )
     return _drop_unused_modules(backbone)
+
+
+def input_embeddings_of(backbone: nn.Module) -> nn.Module | None:
+    """The backbone's input embedding module, None where it has none to give (Canine hashes characters, and its
+    ``get_input_embeddings`` raises): only a pooler that writes into the input needs one."""
+    try:
+        return backbone.get_input_embeddings()
+    except (NotImplementedError, AttributeError):
+        return None
 
 
 def position_offset(backbone: nn.Module) -> int:

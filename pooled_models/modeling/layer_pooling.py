@@ -17,13 +17,14 @@ from transformers import initialization as init
 
 from .pooling import POOLINGS, Pooler, TokenPooler, hidden_size_of, require_int, token_pooling_names
 from .registry import OptionDefault
+from .text_config import text_config_of
 
 __all__ = ["LayerPooler", "ConcatLayersPooler", "WeightedLayerPooler", "LSTMLayerPooler", "selected_layers"]
 
 
 def _num_hidden_states(config: PreTrainedConfig) -> int:
     # hidden_states holds the embedding output followed by one entry per layer.
-    return config.backbone_config.num_hidden_layers + 1
+    return text_config_of(config).num_hidden_layers + 1
 
 
 def selected_layers(config: PreTrainedConfig) -> list[int]:
@@ -92,7 +93,7 @@ class LayerPooler(Pooler):
 
 def _last_k_layers(k: int) -> Callable[[PreTrainedConfig], int]:
     # "The last k layers", or every layer for backbones with fewer (tiny test models).
-    return lambda config: -min(k, config.backbone_config.num_hidden_layers)
+    return lambda config: -min(k, text_config_of(config).num_hidden_layers)
 
 
 @POOLINGS.register("concat_layers")

@@ -21,6 +21,9 @@ __all__ = [
     "build_backbone",
     "load_backbone",
     "input_embeddings_of",
+    "is_encoder_decoder",
+    "POSITION_IDS_REFUSED",
+    "token_states_module",
     "position_offset",
     "position_ids_from_mask",
 ]
@@ -103,9 +106,44 @@ def load_backbone(name_or_path: str | os.PathLike, backbone_config, **kwargs) ->
     return _drop_unused_modules(backbone)
 
 
+# Backbones given no position ids: transformers' ReformerModel fails on given ones whenever it pads a batch to its
+# chunk length (_pad_to_mult_of_chunk_length builds their padding from the padded length), so it counts its own.
+POSITION_IDS_REFUSED = ("reformer",)
+
+
+def is_encoder_decoder(backbone_config) -> bool:
+    return bool(getattr(backbone_config, "is_encoder_decoder", False))
+
+
+def token_states_module(backbone: PreTrainedModel, checked: bool = False) -> nn.Module:
+    """The module whose forward gives one state per input token, which every pooling reads: the backbone itself, or
+    the encoder of an encoder-decoder (BART, T5, T5Gemma). Their decoder would need decoder inputs and gives states
+    that each see only the tokens before them; the encoder reads the whole text under its own mask, as
+    sentence-transformers reads T5. The decoder stays in the model (a checkpoint saved from it is the whole
+    backbone's) but never runs: Trainer's DDP needs ``find_unused_parameters`` for it, or freeze it.
+
+    Refused (``ValueError``) when the backbone takes no token ids at all (Perceiver, whose forward takes ``inputs``
+    through a preprocessor and returns latents rather than one state per token); ``checked``: the model was built,
+    so the backbone passed this check."""
+    module = backbone.get_encoder() if is_encoder_decoder(backbone.config) else backbone
+    if not checked and "input_ids" not in inspect.signature(module.forward).parameters:
+        raise ValueError(
+            f"{type(backbone).__name__} takes no input_ids and gives no hidden state per input token (its forward "
+            f"takes {', '.join(list(inspect.signature(module.forward).parameters)[:3])}, ...), so no pooling applies "
+            "to it: every pooling reduces one state per token under the attention mask. Poolings that work with it: "
+            "none; use the backbone's own task model instead."
+        )
+    return module
+
+
 def input_embeddings_of(backbone: nn.Module) -> nn.Module | None:
-    """The backbone's input embedding module, None where it has none to give (Canine hashes characters, and its
-    ``get_input_embeddings`` raises): only a pooler that writes into the input needs one."""
+    """The input embedding module the backbone runs (an encoder-decoder's: its encoder's, a module of its own that
+    shares the weight of ``get_input_embeddings()``); None where it has none to give (Canine hashes characters, and
+    its ``get_input_embeddings`` raises): only a pooler that writes into the input needs one."""
+    if is_encoder_decoder(getattr(backbone, "config", None)):
+        encoder = backbone.get_encoder()
+        if isinstance(getattr(encoder, "embed_tokens", None), nn.Module):
+            return encoder.embed_tokens
     try:
         return backbone.get_input_embeddings()
     except (NotImplementedError, AttributeError):

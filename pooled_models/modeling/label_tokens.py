@@ -43,7 +43,7 @@ from .label_token_layers import (
 )
 from .pooling import POOLINGS, Pooler
 from .registry import LABEL_TOKEN_INITS, Component
-from .text_config import max_positions_of, text_config_of
+from .text_config import max_positions_of, state_width_of, text_config_of
 
 __all__ = [
     "LabelTokenPooler",
@@ -322,7 +322,7 @@ class LabelTokenPooler(Pooler):
     def __init__(self, config: PreTrainedConfig):
         super().__init__()
         self.num_labels = config.num_labels
-        self.output_dim = text_config_of(config).hidden_size
+        self.output_dim = state_width_of(config)
         self.label_embeddings = LabelEmbeddings(self.num_labels, self.output_dim)
         self.position = config.label_token_position
         self.per_pass = config.label_tokens_per_pass

@@ -30,11 +30,13 @@ from transformers.utils import logging
 from transformers.utils.generic import can_return_tuple
 
 from .backbone import (
+    POSITION_IDS_REFUSED,
     build_backbone,
     input_embeddings_of,
     load_backbone,
     position_ids_from_mask,
     position_offset,
+    token_states_module,
 )
 from .configuration_pooled import WATCHED, PooledConfig
 from .encoding import SentenceEncoderMixin
@@ -101,10 +103,14 @@ class PooledPreTrainedModel(PreTrainedModel):
         else:
             config.backbone_config = backbone.config  # one config object for the backbone we hold
         self.backbone = backbone
-        accepted = inspect.signature(self.backbone.forward).parameters
+        # What runs: the backbone, or an encoder-decoder's encoder (backbone.token_states_module says why, and refuses
+        # a backbone without token states).
+        accepted = inspect.signature(token_states_module(backbone).forward).parameters
         self._backbone_takes = {
             name for name in ("token_type_ids", "position_ids", "use_cache") if name in accepted
         }
+        if getattr(backbone.config, "model_type", None) in POSITION_IDS_REFUSED:
+            self._backbone_takes.discard("position_ids")
         self._position_offset = position_offset(self.backbone)
         max_positions = max_positions_of(config)
         # How many positions a sequence may use (RoBERTa-style embeddings reserve padding_idx + 1 of them).
@@ -223,7 +229,7 @@ class PooledPreTrainedModel(PreTrainedModel):
                 self.pad_token_id,
                 padding_position=max(self._position_offset - 1, 0),
             )
-        return self.backbone(
+        return token_states_module(self.backbone, checked=True)(
             input_ids=input_ids,
             inputs_embeds=inputs_embeds,
             output_hidden_states=output_hidden_states,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-__all__ = ["TEXT_SIZES", "TextConfigSizes", "text_config_of", "max_positions_of"]
+__all__ = ["TEXT_SIZES", "TextConfigSizes", "text_config_of", "max_positions_of", "state_width_of"]
 
 # The sizes transformers (and Trainer, DeepSpeed, PEFT helpers) read off a model's config.
 TEXT_SIZES = (
@@ -30,7 +30,25 @@ def text_config_of(config: PreTrainedConfig) -> PreTrainedConfig:
     """The config holding the text model's sizes: the backbone's text config for a pooled config, else the config's
     own (``get_text_config()``, as transformers' task models read it)."""
     backbone = getattr(config, "backbone_config", None)
-    return (backbone if backbone is not None else config).get_text_config()
+    config = backbone if backbone is not None else config
+    if getattr(config, "is_encoder_decoder", False):
+        # A pooled model reads an encoder-decoder's encoder (backbone.token_states_module).
+        encoder = getattr(config, "encoder", None)
+        if isinstance(encoder, PreTrainedConfig):
+            return encoder.get_text_config()  # T5Gemma 2 nests the text config in its encoder's
+        return config.get_text_config(encoder=True)
+    return config.get_text_config()
+
+
+# Backbones whose hidden states are wider than their hidden_size: Reformer's reversible layers return both residual
+# streams side by side (its own classification head reads 2 * hidden_size).
+STATE_WIDTH_FACTOR = {"reformer": 2}
+
+
+def state_width_of(config: PreTrainedConfig) -> int:
+    """The width of the backbone's hidden states, which poolers and token heads read."""
+    text = text_config_of(config)
+    return text.hidden_size * STATE_WIDTH_FACTOR.get(getattr(text, "model_type", None), 1)
 
 
 def max_positions_of(config: PreTrainedConfig) -> int | None:

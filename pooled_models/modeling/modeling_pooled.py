@@ -347,10 +347,11 @@ class PooledPreTrainedModel(PreTrainedModel):
             new,
         )
         if output_loading_info:
+            # As transformers reports a new head on a base checkpoint: sets of names (its error_msgs is a list).
             return model, {
-                "missing_keys": new,
-                "unexpected_keys": [],
-                "mismatched_keys": [],
+                "missing_keys": set(new),
+                "unexpected_keys": set(),
+                "mismatched_keys": set(),
                 "error_msgs": [],
             }
         return model

@@ -101,7 +101,9 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
             embeddings) or `"random"`. See `pooled_models.LABEL_TOKEN_INITS`. Defaults to `"label_text"`.
         label_token_init_ids (`list[list[int]]`, *optional*):
             `label_tokens` with `label_token_init="label_text"` or `"cls"`: the token ids each label starts from,
-            one list per label. `from_backbone` reads them with the backbone's tokenizer.
+            one list per label. `from_backbone` reads them with the backbone's tokenizer. Without them (a model
+            built from its config alone, new labels of a re-headed model with no tokenizer saved) the label
+            tokens start from the mean input embedding, as `"vocab_mean"`, with a warning.
         label_token_scorer (`str`, *optional*):
             `label_tokens` only. `"per_label"`: each label has its own weight vector and bias over its token's
             final state; `"shared"`: one vector scores every label's token. Defaults to `"per_label"`.

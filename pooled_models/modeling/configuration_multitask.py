@@ -23,6 +23,7 @@ from .configuration_pooled import BUILT_WITH, PooledConfig, _clean_backbone_conf
 from .heads import HEADS
 from .pooling import POOLINGS
 from .problem_types import SINGLE_LABEL
+from .text_config import TextConfigSizes
 
 __all__ = ["PooledMultiTaskConfig", "TASK_KINDS", "SEQUENCE", "TOKEN", "RUNTIME_SETTINGS"]
 
@@ -73,7 +74,7 @@ def _token_settings() -> set[str]:
     )
 
 
-class PooledMultiTaskConfig(PreTrainedConfig):
+class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     r"""
     Configuration of [`PooledForMultiTask`]: one Transformers backbone shared by named tasks, each with its own head.
 
@@ -196,11 +197,6 @@ class PooledMultiTaskConfig(PreTrainedConfig):
         """The backbone's config, which holds the text settings (``vocab_size``...): transformers reads and writes
         them through this method (``resize_token_embeddings`` sets ``vocab_size`` on it), as for PooledConfig."""
         return self.backbone_config.get_text_config(decoder=decoder, encoder=encoder)
-
-    @property
-    def hidden_size(self) -> int:
-        """The backbone's hidden size (read by Trainer/DeepSpeed helpers that expect it on the config)."""
-        return self.backbone_config.hidden_size
 
     def kind(self, task: str) -> str:
         return self.tasks[self._known(task)]["kind"]

@@ -25,6 +25,7 @@ from .losses import MULTI_LABEL_LOSSES
 from .pooling import POOLINGS
 from .problem_types import MULTI_LABEL
 from .registry import Registry
+from .text_config import TextConfigSizes
 
 __all__ = ["PooledConfig", "CHOICES"]
 
@@ -38,6 +39,10 @@ BUILT_WITH = ("classifier_dropout_samples",)
 PER_LABEL = ("label_token_init_ids", "label_tokens_per_pass", "pos_weight", "decision_threshold")
 # True while from_dict builds a config: validation waits for the load-time keywords.
 _LOADING: contextvars.ContextVar[bool] = contextvars.ContextVar("pooled_config_loading", default=False)
+# The folder PooledConfig.from_pretrained reads, where from_dict finds the checkpoint's tokenizer.
+_TOKENIZER_SOURCE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pooled_tokenizer_source", default=None
+)
 
 
 @dataclasses.dataclass
@@ -61,7 +66,7 @@ def _checkpoint_tokenizer(name_or_path: str):
 CODE_REFERENCE_KEYS = ("auto_map", "trust_remote_code", "custom_pipelines")
 
 
-class PooledConfig(PreTrainedConfig):
+class PooledConfig(TextConfigSizes, PreTrainedConfig):
     r"""
     Configuration of [`PooledModel`] and [`PooledForSequenceClassification`]: any Transformers encoder (or
     decoder) as the backbone, a pooling strategy on top of its hidden states and a classification head.
@@ -96,7 +101,9 @@ class PooledConfig(PreTrainedConfig):
             embeddings) or `"random"`. See `pooled_models.LABEL_TOKEN_INITS`. Defaults to `"label_text"`.
         label_token_init_ids (`list[list[int]]`, *optional*):
             `label_tokens` with `label_token_init="label_text"` or `"cls"`: the token ids each label starts from,
-            one list per label. `from_backbone` reads them with the backbone's tokenizer.
+            one list per label. `from_backbone` reads them with the backbone's tokenizer. Without them (a model
+            built from its config alone, new labels of a re-headed model with no tokenizer saved) the label
+            tokens start from the mean input embedding, as `"vocab_mean"`, with a warning.
         label_token_scorer (`str`, *optional*):
             `label_tokens` only. `"per_label"`: each label has its own weight vector and bias over its token's
             final state; `"shared"`: one vector scores every label's token. Defaults to `"per_label"`.
@@ -343,9 +350,13 @@ class PooledConfig(PreTrainedConfig):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
-        # from_dict reads the checkpoint's tokenizer when a change drops what only a tokenizer knows.
-        kwargs.setdefault("name_or_path", str(pretrained_model_name_or_path))
-        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        # from_dict reads the checkpoint's tokenizer when a change drops what only a tokenizer knows. The folder is
+        # passed aside, not as name_or_path: a config loaded on its own keeps no _name_or_path, as transformers' own.
+        token = _TOKENIZER_SOURCE.set(str(pretrained_model_name_or_path))
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        finally:
+            _TOKENIZER_SOURCE.reset(token)
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs):
@@ -363,8 +374,8 @@ class PooledConfig(PreTrainedConfig):
         config._start_tracking(
             len(saved_labels) if saved_labels else config_dict.get("num_labels", config.num_labels)
         )
-        name_or_path = config.name_or_path
-        config._revalidate(explicit, tokenizer_source=name_or_path if explicit and name_or_path else None)
+        source = config.name_or_path or _TOKENIZER_SOURCE.get()
+        config._revalidate(explicit, tokenizer_source=source if explicit and source else None)
         return loaded
 
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
@@ -384,11 +395,6 @@ class PooledConfig(PreTrainedConfig):
         """The backbone's config: the one that holds the text settings (``vocab_size``...), which transformers reads
         and writes through this method (``resize_token_embeddings`` sets ``vocab_size`` on it)."""
         return self.backbone_config.get_text_config(decoder=decoder, encoder=encoder)
-
-    @property
-    def hidden_size(self) -> int:
-        """The backbone's hidden size (read by Trainer/DeepSpeed helpers that expect it on the config)."""
-        return self.backbone_config.hidden_size
 
     def _check_choice(self, registry: Registry) -> None:
         """The part chosen from ``registry``: settings of other parts refused, its own filled in, then checked."""

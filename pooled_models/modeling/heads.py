@@ -13,6 +13,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 
 from .registry import HEADS, Component
+from .text_config import state_width_of
 
 __all__ = [
     "Head",
@@ -29,7 +30,7 @@ register_head = HEADS.register
 
 
 def _hidden_size(config: PreTrainedConfig) -> int:
-    return config.backbone_config.hidden_size
+    return state_width_of(config)
 
 
 class Head(nn.Module, Component):

@@ -29,8 +29,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedConfig
 from transformers import initialization as init
+from transformers.utils import logging
 
-from .backbone import position_ids_from_mask, position_offset
+from .backbone import input_embeddings_of, position_ids_from_mask, position_offset
 from .heads import LABEL_TOKEN_SCORERS, LabelTokenHead
 from .label_token_layers import (
     ALL_LAYERS,
@@ -42,6 +43,7 @@ from .label_token_layers import (
 )
 from .pooling import POOLINGS, Pooler
 from .registry import LABEL_TOKEN_INITS, Component
+from .text_config import max_positions_of, state_width_of, text_config_of
 
 __all__ = [
     "LabelTokenPooler",
@@ -51,13 +53,15 @@ __all__ = [
     "label_token_settings_from_tokenizer",
 ]
 
+logger = logging.get_logger(__name__)
+
 # Where the label tokens go: after this many leading tokens of the text; -1 puts them after the text.
 AFTER_THE_TEXT = -1
 
 
 def _default_per_pass(config: PreTrainedConfig) -> int:
     # All labels in one pass while they take at most half of the positions; the text keeps the other half.
-    max_positions = getattr(config.backbone_config, "max_position_embeddings", None)
+    max_positions = max_positions_of(config)
     if max_positions is None or config.num_labels <= max_positions // 2:
         return config.num_labels
     return max_positions // 2
@@ -106,7 +110,7 @@ class LabelTokenInit(Component):
 
 
 def _cls_ids_from_backbone(config: PreTrainedConfig) -> list[list[int]] | None:
-    backbone = config.backbone_config
+    backbone = text_config_of(config)
     cls_id = getattr(backbone, "cls_token_id", None)
     if cls_id is None:
         cls_id = getattr(backbone, "bos_token_id", None)
@@ -120,18 +124,13 @@ class _FromTokenIds(LabelTokenInit):
     def check_config(cls, config):
         ids, num_labels = config.label_token_init_ids, config.num_labels
         if ids is None:
-            raise ValueError(
-                f"label_token_init={config.label_token_init!r} needs label_token_init_ids (the token ids each label "
-                "starts from): build the model with from_backbone(), which reads them with the backbone's "
-                "tokenizer (from_pretrained reads them from the tokenizer saved with the model), pass them, or "
-                "choose label_token_init='vocab_mean' or 'random'."
-            )
+            return  # a model built from its config alone: initialise() falls back to the vocabulary mean
         if not (isinstance(ids, list) and len(ids) == num_labels):
             raise ValueError(
                 f"label_token_init_ids must hold one list of token ids per label ({num_labels}), got "
                 f"{len(ids) if isinstance(ids, list) else type(ids).__name__}."
             )
-        vocab_size = config.backbone_config.vocab_size
+        vocab_size = text_config_of(config).vocab_size
         for label, token_ids in enumerate(ids):
             if not (
                 isinstance(token_ids, list)
@@ -147,6 +146,17 @@ class _FromTokenIds(LabelTokenInit):
 
     @staticmethod
     def initialise(parameter, word_embeddings, config):
+        if config.label_token_init_ids is None:
+            # Built from a config alone (PooledForSequenceClassification(config), re-heading to more labels where no
+            # tokenizer was saved): no token ids to start from, as every built-in model builds from its config.
+            logger.warning_once(
+                f"label_token_init={config.label_token_init!r} has no label_token_init_ids (no tokenizer was given to "
+                "read them): the label tokens start from the mean input embedding instead "
+                "(label_token_init='vocab_mean'). Build the model with from_backbone(), or pass "
+                "label_token_init_ids, to start them from the label names."
+            )
+            FromVocabularyMean.initialise(parameter, word_embeddings, config)
+            return
         vectors = [
             word_embeddings[torch.tensor(ids, device=word_embeddings.device)].mean(dim=0)
             for ids in config.label_token_init_ids
@@ -312,7 +322,7 @@ class LabelTokenPooler(Pooler):
     def __init__(self, config: PreTrainedConfig):
         super().__init__()
         self.num_labels = config.num_labels
-        self.output_dim = config.backbone_config.hidden_size
+        self.output_dim = state_width_of(config)
         self.label_embeddings = LabelEmbeddings(self.num_labels, self.output_dim)
         self.position = config.label_token_position
         self.per_pass = config.label_tokens_per_pass
@@ -332,12 +342,11 @@ class LabelTokenPooler(Pooler):
 
     def check_backbone(self, backbone: nn.Module, position_budget: int | None) -> None:
         embeddings = _word_embeddings(backbone)
-        if embeddings.weight.shape[1] != self.output_dim:
-            raise ValueError(
-                f"pooling='label_tokens': {type(backbone).__name__}'s input embeddings are "
-                f"{embeddings.weight.shape[1]} wide but its hidden size is {self.output_dim}; label tokens need "
-                "input embeddings of the hidden size."
-            )
+        width = embeddings.weight.shape[1]
+        if self.label_embeddings.weight.shape[1] != width:
+            # Factorised embeddings (ALBERT, ELECTRA, RemBERT, MobileBERT) are narrower than the hidden size and
+            # projected up inside the backbone: a label's vector is a token embedding, so it takes their width.
+            self.label_embeddings = LabelEmbeddings(self.num_labels, width)
         if position_budget is not None and position_budget - self.per_pass < 2:
             raise ValueError(
                 f"label_tokens_per_pass={self.per_pass} leaves {position_budget - self.per_pass} of the backbone's "
@@ -423,7 +432,7 @@ _INPUTS = ("input_ids", "inputs_embeds", "attention_mask", "token_type_ids", "po
 
 
 def _num_layers(config: PreTrainedConfig) -> int | None:
-    return getattr(config.backbone_config, "num_hidden_layers", None)
+    return getattr(text_config_of(config), "num_hidden_layers", None)
 
 
 class LabelTokenInput:
@@ -464,15 +473,18 @@ def enable_label_token_input(embeddings: nn.Embedding, model: nn.Module) -> None
 
 
 def _word_embeddings(backbone: nn.Module) -> nn.Module:
-    try:
-        embeddings = backbone.get_input_embeddings()
-    except (NotImplementedError, AttributeError):
-        embeddings = None
+    embeddings = input_embeddings_of(backbone)
     if not isinstance(embeddings, nn.Embedding):
+        kind = (
+            "has no input embedding table"
+            if embeddings is None
+            else f"embeds ids with {type(embeddings).__name__}"
+        )
+        others = ", ".join(sorted(name for name in POOLINGS if name != "label_tokens"))
         raise ValueError(
-            f"pooling='label_tokens' writes label embeddings into the backbone's input embeddings, but "
-            f"{type(backbone).__name__} does not take input embeddings (get_input_embeddings() gives "
-            f"{type(embeddings).__name__}). Choose another pooling for this backbone."
+            f"pooling='label_tokens' writes a learned vector per label into the backbone's token embedding table "
+            f"(an nn.Embedding), but {type(backbone).__name__} {kind} (get_input_embeddings()). Every other pooling "
+            f"works with this backbone: {others}."
         )
     return embeddings
 
@@ -518,9 +530,10 @@ class _Layout:
         keep_token = real & ((rank < (kept - 1).unsqueeze(1)) | is_last)
         text_slot = torch.where(is_last, (kept - 1).unsqueeze(1), rank)
         insert_at = kept if pooler.position == AFTER_THE_TEXT else kept.clamp(max=pooler.position)
-        # Compiled and exported graphs take a width known from the shapes (the text's room plus the label tokens);
-        # eager mode trims the padding no row needs.
-        longest = min(length, text_budget) if torch.compiler.is_compiling() or not batch else int(kept.max())
+        # A width known from the shapes (the text's room plus the label tokens), in eager mode as in compiled and
+        # exported graphs, so that all give the same outputs (last_hidden_state included): a width read off the
+        # mask (int(kept.max())) would be a data-dependent shape, which export cannot keep.
+        longest = min(length, text_budget)
         width = longest + per_pass
         text_width = max(longest, 1)  # texts without tokens still get a (masked) column
 

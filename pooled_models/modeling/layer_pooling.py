@@ -17,13 +17,25 @@ from transformers import initialization as init
 
 from .pooling import POOLINGS, Pooler, TokenPooler, hidden_size_of, require_int, token_pooling_names
 from .registry import OptionDefault
+from .text_config import text_config_of
 
 __all__ = ["LayerPooler", "ConcatLayersPooler", "WeightedLayerPooler", "LSTMLayerPooler", "selected_layers"]
 
 
+def _num_layers(config: PreTrainedConfig) -> int:
+    layers = getattr(text_config_of(config), "num_hidden_layers", None)
+    if not isinstance(layers, int):
+        raise ValueError(
+            f"pooling={config.pooling!r} reads the backbone's layers, but its config "
+            f"({type(text_config_of(config)).__name__}) has no num_hidden_layers. The token poolings "
+            f"({', '.join(token_pooling_names())}) read the last layer only."
+        )
+    return layers
+
+
 def _num_hidden_states(config: PreTrainedConfig) -> int:
     # hidden_states holds the embedding output followed by one entry per layer.
-    return config.backbone_config.num_hidden_layers + 1
+    return _num_layers(config) + 1
 
 
 def selected_layers(config: PreTrainedConfig) -> list[int]:
@@ -92,7 +104,7 @@ class LayerPooler(Pooler):
 
 def _last_k_layers(k: int) -> Callable[[PreTrainedConfig], int]:
     # "The last k layers", or every layer for backbones with fewer (tiny test models).
-    return lambda config: -min(k, config.backbone_config.num_hidden_layers)
+    return lambda config: -min(k, _num_layers(config))
 
 
 @POOLINGS.register("concat_layers")

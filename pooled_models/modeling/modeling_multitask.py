@@ -29,7 +29,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils.generic import can_return_tuple
 
-from .backbone import load_backbone
+from .backbone import input_embeddings_of, load_backbone
 from .configuration_multitask import RUNTIME_SETTINGS, SEQUENCE, TOKEN, PooledMultiTaskConfig
 from .configuration_pooled import PooledConfig
 from .losses import classification_loss
@@ -234,7 +234,7 @@ class PooledForMultiTask(PooledPreTrainedModel):
     def _init_weights(self, module):
         PreTrainedModel._init_weights(self, module)
         if isinstance(module, INITIALISED_BY_THEMSELVES):
-            module.init_parameters(self._module_configs[id(module)], self.get_input_embeddings())
+            module.init_parameters(self._module_configs[id(module)], input_embeddings_of(self.backbone))
 
     def head_parameters(self, task: str | None = None) -> list[nn.Parameter]:
         """The heads' parameters (one task's, if named): those that start from random weights."""

@@ -29,7 +29,15 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceCl
 from transformers.utils import logging
 from transformers.utils.generic import can_return_tuple
 
-from .backbone import build_backbone, load_backbone, position_ids_from_mask, position_offset
+from .backbone import (
+    POSITION_IDS_REFUSED,
+    build_backbone,
+    input_embeddings_of,
+    load_backbone,
+    position_ids_from_mask,
+    position_offset,
+    token_states_module,
+)
 from .configuration_pooled import WATCHED, PooledConfig
 from .encoding import SentenceEncoderMixin
 from .heads import HEADS, LabelTokenHead, multi_sample_logits
@@ -41,6 +49,7 @@ from .pooling import POOLINGS, Pooler, build_pooler, hidden_states_for_caller
 from .problem_types import infer_problem_type
 from .sentence_transformers_folder import apply_folder_defaults
 from .targets import as_label_tensor, check_labels
+from .text_config import max_positions_of, text_config_of
 
 # Keywords of from_pretrained/from_backbone that are config settings, not the backbone's loading options.
 CONFIG_KEYWORDS = (WATCHED | {"label2id"}) - {"backbone_config"}
@@ -95,12 +104,16 @@ class PooledPreTrainedModel(PreTrainedModel):
         else:
             config.backbone_config = backbone.config  # one config object for the backbone we hold
         self.backbone = backbone
-        accepted = inspect.signature(self.backbone.forward).parameters
+        # What runs: the backbone, or an encoder-decoder's encoder (backbone.token_states_module says why, and refuses
+        # a backbone without token states).
+        accepted = inspect.signature(token_states_module(backbone).forward).parameters
         self._backbone_takes = {
             name for name in ("token_type_ids", "position_ids", "use_cache") if name in accepted
         }
+        if getattr(backbone.config, "model_type", None) in POSITION_IDS_REFUSED:
+            self._backbone_takes.discard("position_ids")
         self._position_offset = position_offset(self.backbone)
-        max_positions = getattr(config.backbone_config, "max_position_embeddings", None)
+        max_positions = max_positions_of(config)
         # How many positions a sequence may use (RoBERTa-style embeddings reserve padding_idx + 1 of them).
         self.position_budget = None if max_positions is None else max_positions - self._position_offset
         if getattr(config, "packed_batches", False):
@@ -119,7 +132,9 @@ class PooledPreTrainedModel(PreTrainedModel):
 
     @property
     def pad_token_id(self) -> int:
-        pad = getattr(self.config.backbone_config, "pad_token_id", None)
+        pad = getattr(text_config_of(self.config), "pad_token_id", None)
+        if pad is None:
+            pad = getattr(self.config.backbone_config, "pad_token_id", None)
         return 0 if pad is None else pad
 
     def get_input_embeddings(self) -> nn.Module:
@@ -146,7 +161,7 @@ class PooledPreTrainedModel(PreTrainedModel):
         # The parts that hold plain nn.Parameters (poolers, label embeddings, the label-token head) initialise them
         # themselves; the default init only knows Linear, Embedding, LayerNorm...
         if isinstance(module, INITIALISED_BY_THEMSELVES):
-            module.init_parameters(self.config, self.get_input_embeddings())
+            module.init_parameters(self.config, input_embeddings_of(self.backbone))
 
     def _check_config_still_fits(self) -> None:
         """After ``model.config`` was edited: settings read at run time (the loss, thresholds, problem type) take
@@ -215,7 +230,7 @@ class PooledPreTrainedModel(PreTrainedModel):
                 self.pad_token_id,
                 padding_position=max(self._position_offset - 1, 0),
             )
-        return self.backbone(
+        return token_states_module(self.backbone, checked=True)(
             input_ids=input_ids,
             inputs_embeds=inputs_embeds,
             output_hidden_states=output_hidden_states,
@@ -254,7 +269,7 @@ class PooledPreTrainedModel(PreTrainedModel):
         reference = input_ids if input_ids is not None else inputs_embeds
         if not torch.compiler.is_compiling():  # data-dependent checks stay off compiled and exported graphs
             self._check_config_still_fits()
-            check_inputs(input_ids, attention_mask, reference, self.get_input_embeddings())
+            check_inputs(input_ids, attention_mask, reference, input_embeddings_of(self.backbone))
         if attention_mask is None:
             if input_ids is not None:
                 self.backbone.warn_if_padding_and_no_attention_mask(input_ids, attention_mask)
@@ -333,10 +348,11 @@ class PooledPreTrainedModel(PreTrainedModel):
             new,
         )
         if output_loading_info:
+            # As transformers reports a new head on a base checkpoint: sets of names (its error_msgs is a list).
             return model, {
-                "missing_keys": new,
-                "unexpected_keys": [],
-                "mismatched_keys": [],
+                "missing_keys": set(new),
+                "unexpected_keys": set(),
+                "mismatched_keys": set(),
                 "error_msgs": [],
             }
         return model

@@ -27,6 +27,7 @@ from .modeling_pooled import PooledPreTrainedModel
 from .pooling import hidden_states_for_caller
 from .problem_types import SINGLE_LABEL
 from .targets import IGNORE_INDEX, _checking_values, as_label_tensor
+from .text_config import state_width_of
 
 __all__ = ["TokenClassifier", "PooledForTokenClassification", "check_token_labels", "token_loss"]
 
@@ -43,7 +44,7 @@ class TokenClassifier(nn.Module):
 
     def __init__(self, config: PooledConfig):
         super().__init__()
-        self.token_head = HEADS.lookup(config.classifier_head)(config, config.backbone_config.hidden_size)
+        self.token_head = HEADS.lookup(config.classifier_head)(config, state_width_of(config))
         self.dropout_samples = config.classifier_dropout_samples
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

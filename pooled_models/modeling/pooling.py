@@ -29,6 +29,7 @@ from transformers import PreTrainedConfig
 from transformers import initialization as init
 
 from .registry import POOLINGS, Component
+from .text_config import state_width_of
 
 __all__ = [
     "hidden_states_request",
@@ -140,7 +141,7 @@ def hidden_states_for_caller(hidden_states, caller: bool | int | list[int] | Non
 
 
 def hidden_size_of(config: PreTrainedConfig) -> int:
-    return config.backbone_config.hidden_size
+    return state_width_of(config)
 
 
 def require_int(name: str, value: Any, minimum: int) -> None:

@@ -1,0 +1,390 @@
+"""Every architecture transformers can classify: each model type with a built-in ``*ForSequenceClassification``
+(``*ForTokenClassification``) in the installed transformers, on a tiny random config, gets every pooling (the token
+head) as a built-in classifier of that type behaves: it builds, runs, trains (gradients reach the pooler, head and
+input embeddings), keeps the built-in model's padding invariance, and saves and reloads through the Auto classes
+with equal logits. Where a pooling cannot work it is refused when the model is built, by a message naming the
+reason and the poolings that do work (REFUSED). Types that even the built-in classifier cannot build or run from a
+tiny config are listed with the reason (BUILT_IN_FAILS).
+
+The tiny configs are built generically (SMALL: every size field a config class has, in its sub-configs too), with
+the per-type settings in OVERRIDES. Every registered pooling runs on a rotating share of the types; mean and label
+tokens run on every one.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import textwrap
+
+import pytest
+import torch
+from helpers import run_without_package
+from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
+)
+
+from pooled_models import (
+    POOLINGS,
+    PooledConfig,
+    PooledForSequenceClassification,
+    PooledForTokenClassification,
+)
+
+# Sizes set wherever a config class (or one of its sub-configs) has the field.
+SMALL = {
+    "vocab_size": 99,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 37,
+    "max_position_embeddings": 64,
+    "head_dim": 8,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 16,
+    "n_shared_experts": 1,
+    "embedding_size": 32,
+    "d_model": 32,
+    "d_kv": 8,
+    "d_ff": 37,
+    "num_layers": 2,
+    "num_heads": 4,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 37,
+    "decoder_ffn_dim": 37,
+    "image_size": 16,
+    "patch_size": 8,
+    "projection_dim": 32,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+EOS = 2
+# Mixture-of-experts kernels want 16-byte aligned widths; multi-head latent attention has its own head sizes.
+MOE = {"intermediate_size": 32, "moe_intermediate_size": 16}
+LATENT_ATTENTION = {
+    "num_key_value_heads": 4,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 16,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 8,
+    "n_group": 1,
+    "topk_group": 1,
+    "first_k_dense_replace": 1,
+}
+HYBRID = {"layer_types": ["linear_attention", "full_attention"]}  # one attention layer among the linear ones
+OVERRIDES = {
+    **dict.fromkeys(["axk1", "axk2", "deepseek_v2", "deepseek_v3", "minicpm3", "mistral4"], LATENT_ATTENTION),
+    **dict.fromkeys(["gpt_oss", "hunyuan_v1_moe", "minimax", "mixtral", "phimoe"], MOE),
+    "jamba": {
+        **MOE,
+        "attn_layer_period": 2,
+        "attn_layer_offset": 1,
+        "expert_layer_period": 2,
+        "expert_layer_offset": 1,
+    },
+    "qwen3_next": HYBRID,
+    "qwen3_5_text": HYBRID,
+    "qwen3_5": {"text_config": HYBRID},
+    "esmc": {"num_key_value_heads": 4},  # no grouped-query attention
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    "gptj": {"rotary_dim": 4},
+    "layoutlmv3": {"coordinate_size": 6, "shape_size": 4, "input_size": 16},
+    "luke": {"entity_vocab_size": 10, "entity_emb_size": 16},
+    "perceiver": {
+        "d_latents": 32,
+        "num_latents": 8,
+        "num_self_attends_per_block": 1,
+        "num_self_attention_heads": 2,
+    },
+    "reformer": {
+        "axial_pos_shape": [8, 8],
+        "axial_pos_embds_dim": [16, 16],
+        "attn_layers": ["local", "local"],
+        "attention_head_size": 8,
+        "feed_forward_size": 37,
+        "local_attn_chunk_length": 8,
+    },
+    "roc_bert": {"pronunciation_vocab_size": 10, "shape_vocab_size": 10, "pronunciation_embed_dim": 8},
+    "squeezebert": {"intermediate_size": 32},  # divisible by its groups
+    **dict.fromkeys(["t5", "mt5", "umt5"], {"decoder_start_token_id": 0}),
+    "xlnet": {"d_head": 8},
+    "xmod": {"default_language": "en_XX"},
+    "zamba2": {"layers_block_type": ["mamba", "hybrid"], "hybrid_layer_ids": [1]},
+}
+
+# Types whose built-in classifier itself cannot build or run from a tiny config.
+BUILT_IN_FAILS = {
+    "cohere_compass_text": "CohereCompassTextModel: KeyError 'full_attention' in its forward",
+    "layoutlmv2": "LayoutLMv2Model needs the detectron2 library",
+    "lilt": "LiltModel: its layout embeddings do not match a hidden size of 32 (mat1 and mat2 shapes)",
+    "zamba": "ZambaConfig needs 3 layers or more (its layer_types), and with 3 the tied keys of ZambaModel's shared transformer do not resolve",
+    "bros": "BrosModel needs bounding boxes (bbox) in every forward",
+}
+
+# Pooling refusals: type -> (poolings refused, what the message must say). Every other pooling works.
+EVERY = "every"
+REFUSED = {
+    "canine": (
+        ("label_tokens",),
+        r"CanineModel has no input embedding table.*works with this backbone: .*mean",
+    ),
+    "ibert": (
+        ("label_tokens",),
+        r"IBertModel embeds ids with QuantEmbedding.*works with this backbone: .*mean",
+    ),
+    "perceiver": (
+        EVERY,
+        r"(PerceiverModel takes no input_ids .*Poolings that work with it: none|has no num_hidden_layers)",
+    ),
+}
+
+# Backbones whose token states themselves move with padding: a convolution over the sequence reads the padding next
+# to the real tokens. Their built-in classifiers read the first token only, far from the padding, so the built-in's
+# invariance says nothing of the other tokens'.
+STATES_MOVE_WITH_PADDING = {
+    "canine": "downsamples the characters with a strided convolution before its deep layers",
+    "convbert": "its span-based dynamic convolution reads the neighbouring positions, padding included",
+}
+# Reformer trains only on sequences exactly as long as its axial position shape multiplies out to (its own classifier
+# too): 8 * 8 here.
+TRAINING_LENGTHS = {"reformer": (64, 64)}
+
+POOLINGS_SORTED = sorted(POOLINGS)
+
+
+def _field_names(config_class) -> set[str]:
+    names = (
+        {field.name for field in dataclasses.fields(config_class)}
+        if dataclasses.is_dataclass(config_class)
+        else set()
+    )
+    return names | set(getattr(config_class, "attribute_map", None) or {})
+
+
+def _tiny_kwargs(config_class, default=None) -> dict:
+    kwargs = {key: value for key, value in SMALL.items() if key in _field_names(config_class)}
+    if getattr(config_class, "sub_configs", None):
+        default = default if default is not None else config_class()
+        for name in config_class.sub_configs:
+            sub = getattr(default, name, None)
+            if hasattr(sub, "to_dict"):
+                kwargs[name] = {**_tiny_kwargs(type(sub), sub), "model_type": sub.model_type}
+    return kwargs
+
+
+def _merge(base: dict, changes: dict) -> dict:
+    merged = copy.deepcopy(base)
+    for key, value in changes.items():
+        merged[key] = (
+            _merge(merged[key], value)
+            if isinstance(value, dict) and isinstance(merged.get(key), dict)
+            else value
+        )
+    return merged
+
+
+def tiny_config(model_type: str):
+    config_class = CONFIG_MAPPING[model_type]
+    return config_class(**_merge(_tiny_kwargs(config_class), OVERRIDES.get(model_type, {})))
+
+
+def _with_labels(backbone_config):
+    config = copy.deepcopy(backbone_config)
+    config.num_labels = 3
+    return config
+
+
+def _batch(lengths, side="right", seed=0):
+    """Texts of ``lengths`` tokens, each ending with the one EOS token the seq2seq classifiers read, padded."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, length in enumerate(lengths):
+        text = torch.randint(5, SMALL["vocab_size"], (length,), generator=generator)
+        text[-1] = EOS
+        span = slice(0, length) if side == "right" else slice(width - length, width)
+        ids[row, span], mask[row, span] = text, 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _padding_drift(model, lengths=(5, 3)) -> dict[str, float]:
+    """How far the first text's output moves when it is batched with a longer one, padded right or left."""
+    alone = _batch(lengths[:1])
+    with torch.no_grad():
+        reference = model(**alone).logits[0]
+        drift = {}
+        for side in ("right", "left"):
+            batch = _batch((lengths[0], lengths[0] + 4), side=side)
+            batch["input_ids"][0, batch["attention_mask"][0] == 1] = alone["input_ids"][0]
+            got = model(**batch).logits[0]
+            if got.shape != reference.shape:  # token logits: the text's own tokens
+                got = got[batch["attention_mask"][0] == 1]
+            drift[side] = float((got - reference).abs().max())
+    return drift
+
+
+def _cases(mapping, fails):
+    return [
+        pytest.param(model_type, marks=pytest.mark.skip(reason=fails[model_type]))
+        if model_type in fails
+        else model_type
+        for model_type in sorted(mapping)
+    ]
+
+
+def _settings(pooling: str) -> dict:
+    return {"pooling": pooling, "num_labels": 3}
+
+
+def _refused(model_type: str, pooling: str) -> str | None:
+    poolings, message = REFUSED.get(model_type, ((), None))
+    return message if poolings == EVERY or pooling in poolings else None
+
+
+SEQUENCE_TYPES = sorted(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize(
+    "model_type", _cases(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, BUILT_IN_FAILS)
+)
+def test_every_sequence_classification_type(model_type, tmp_path):
+    torch.manual_seed(0)
+    backbone_config = tiny_config(model_type)
+    built_in = AutoModelForSequenceClassification.from_config(_with_labels(backbone_config)).eval()
+    built_in_drift = _padding_drift(built_in)
+    # mean and label tokens on every type, and one more pooling in turn, so that every pooling runs on some types.
+    extra = POOLINGS_SORTED[SEQUENCE_TYPES.index(model_type) % len(POOLINGS_SORTED)]
+    for pooling in dict.fromkeys(("mean", "label_tokens", extra)):
+        refusal = _refused(model_type, pooling)
+        if refusal:
+            with pytest.raises(ValueError, match=refusal):  # by the config or, at the latest, the model
+                PooledForSequenceClassification(
+                    PooledConfig(backbone_config=backbone_config, **_settings(pooling))
+                )
+            continue
+        config = PooledConfig(backbone_config=backbone_config, **_settings(pooling))
+        torch.manual_seed(0)
+        model = PooledForSequenceClassification(config).eval()
+        batch = _batch((5, 3))
+        logits = model(**batch).logits
+        assert logits.shape == (2, 3) and torch.isfinite(logits).all(), pooling
+        # Padding: invariant on each side where the built-in classifier of the type is.
+        for side, drift in _padding_drift(model).items():
+            if built_in_drift[side] < 1e-4 and model_type not in STATES_MOVE_WITH_PADDING:
+                assert drift < 1e-4, f"{pooling}: {side} padding moves the logits by {drift}"
+        # Training: gradients reach the pooler and the head.
+        model.train()
+        train_batch = _batch(TRAINING_LENGTHS.get(model_type, (5, 3)))
+        model(**train_batch, labels=torch.tensor([0, 2])).loss.backward()
+        without = [name for name, p in model.classifier.named_parameters() if p.grad is None]
+        assert not without, f"{pooling}: no gradient for {without}"
+        model.eval()
+        if pooling == "label_tokens" or model_type in REMOTE_SAMPLE:
+            model.save_pretrained(tmp_path / pooling)
+            reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / pooling).eval()
+            assert type(reloaded) is PooledForSequenceClassification
+            with torch.no_grad():
+                torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits)
+
+
+TOKEN_TYPES = sorted(MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES)
+
+
+@pytest.mark.parametrize("model_type", _cases(MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES, BUILT_IN_FAILS))
+def test_every_token_classification_type(model_type, tmp_path):
+    torch.manual_seed(0)
+    backbone_config = tiny_config(model_type)
+    if _refused(model_type, "mean"):
+        with pytest.raises(ValueError, match=REFUSED[model_type][1]):
+            PooledForTokenClassification(PooledConfig(backbone_config=backbone_config, num_labels=3))
+        return
+    built_in = AutoModelForTokenClassification.from_config(_with_labels(backbone_config)).eval()
+    built_in_drift = _padding_drift(built_in)
+    model = PooledForTokenClassification(PooledConfig(backbone_config=backbone_config, num_labels=3)).eval()
+    batch = _batch((5, 3))
+    logits = model(**batch).logits
+    assert logits.shape == (2, 5, 3) and torch.isfinite(logits).all()
+    for side, drift in _padding_drift(model).items():
+        if built_in_drift[side] < 1e-4:
+            assert drift < 1e-4, f"{side} padding moves the token logits by {drift}"
+    model.train()
+    labels = torch.where(batch["attention_mask"] == 1, 1, -100)
+    model(**batch, labels=labels).loss.backward()
+    assert all(p.grad is not None for p in model.classifier.parameters())
+    if TOKEN_TYPES.index(model_type) % 4 == 0:  # a quarter of the types: the sequence test saves every one
+        model.eval().save_pretrained(tmp_path)
+        reloaded = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(reloaded(**batch).logits, model.eval()(**batch).logits)
+
+
+# A decoder with a nested text config, a seq2seq model read through its encoder, one without input embeddings, one with
+# narrower token embeddings, one without a position limit: loaded from the checkpoint's own code, without the package.
+REMOTE_SAMPLE = ("gemma3", "bart", "canine", "rembert", "xlnet")
+
+
+def test_remote_code_reload_of_a_sample_of_types(tmp_path):
+    batch = _batch((5, 3))
+    expected = {}
+    for model_type in REMOTE_SAMPLE:
+        pooling = "mean" if model_type == "canine" else "label_tokens"
+        torch.manual_seed(0)
+        config = PooledConfig(backbone_config=tiny_config(model_type), **_settings(pooling))
+        model = PooledForSequenceClassification(config).eval()
+        model.save_pretrained(tmp_path / model_type)
+        with torch.no_grad():
+            expected[model_type] = model(**batch).logits.tolist()
+    script = f"""
+        import json, torch
+        from transformers import AutoModelForSequenceClassification
+        batch = {{"input_ids": torch.tensor({batch["input_ids"].tolist()}),
+                  "attention_mask": torch.tensor({batch["attention_mask"].tolist()})}}
+        got = {{}}
+        for name in {list(REMOTE_SAMPLE)!r}:
+            model = AutoModelForSequenceClassification.from_pretrained(name, trust_remote_code=True).eval()
+            assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+            with torch.no_grad():
+                got[name] = model(**batch).logits.tolist()
+        print(json.dumps(got))
+    """
+    result = run_without_package(textwrap.dedent(script), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    for model_type in REMOTE_SAMPLE:
+        torch.testing.assert_close(torch.tensor(got[model_type]), torch.tensor(expected[model_type]))
+
+
+def test_every_registered_pooling_runs_on_some_type():
+    covered = {"mean", "label_tokens"} | {
+        POOLINGS_SORTED[index % len(POOLINGS_SORTED)] for index in range(len(SEQUENCE_TYPES))
+    }
+    assert covered == set(POOLINGS)
+
+
+def test_the_lists_name_only_types_of_the_installed_transformers():
+    known = set(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES) | set(
+        MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES
+    )
+    assert set(BUILT_IN_FAILS) | set(REFUSED) | set(OVERRIDES) <= known

@@ -16,7 +16,6 @@ import difflib
 import errno
 import inspect
 import json
-import logging
 import os
 import re
 import sys
@@ -26,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import transformers
 import yaml
 from transformers import HfArgumentParser, TrainerCallback, TrainingArguments
 
@@ -35,6 +33,7 @@ from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.problem_types import PROBLEM_TYPES
 from ..modeling.registry import POOLINGS
 from ..thresholds import AVERAGES
+from .console import quiet_libraries, set_up_logging
 from .data import TaskSpec
 from .data.batching import SAMPLING_STRATEGIES
 from .errors import UsageError, program_name
@@ -74,8 +73,12 @@ DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of train.py: runs, and reports usage and data errors without a traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        run(list(sys.argv[1:] if argv is None else argv))
+        if argv and argv[0].split("=")[0] == DEMO_FLAG:
+            write_demo_files(argv)
+            return 0
+        run(argv)
     except UsageError as error:
         print(f"{_program()}: error: {error}", file=sys.stderr)
         return 2
@@ -102,20 +105,33 @@ def run(
     writes no model card (the card describes a pooling).
     """
     model_args, data_args, training_args = parse_arguments(argv)
-    _set_up_logging(training_args)
+    set_up_logging(training_args)
     specs = task_specs(data_args, pooled_config_kwargs(model_args))
-    return run_specs(model_args, data_args, training_args, specs, callbacks, model_factory)
+    with quiet_libraries(training_args):
+        return run_specs(model_args, data_args, training_args, specs, callbacks, model_factory)
 
 
 def _program() -> str:
     return program_name("train.py", "pooled-train", "pooled_models.train")
 
 
-def _set_up_logging(training_args) -> None:
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    level = training_args.get_process_log_level()
-    logging.getLogger("pooled_models").setLevel(logging.INFO if training_args.should_log else level)
-    transformers.utils.logging.set_verbosity(level)
+# pooled-train --demo DIR: the quickstart's config files and data, for an install that has no configs/ and data/.
+DEMO_FLAG = "--demo"
+
+
+def write_demo_files(argv: list[str]) -> None:
+    """``--demo DIR`` (or ``--demo=DIR``): write the demo into DIR and say what to run next."""
+    from .demo import demo_message, write_demo
+
+    given = argv[0].partition("=")[2] if "=" in argv[0] else (argv[1] if len(argv) > 1 else None)
+    rest = argv[1:] if "=" in argv[0] else argv[2:]
+    if not given or given.startswith("-") or rest:
+        raise UsageError(
+            f"{DEMO_FLAG} takes one folder and nothing else, e.g. {_program()} {DEMO_FLAG} quickstart"
+        )
+    configs = write_demo(given)
+    program = "python train.py" if _program() == "train.py" else _program()
+    print(demo_message(given, configs, program))
 
 
 CONFIG_FILE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -532,6 +548,23 @@ class PooledTrainingArguments(TrainingArguments):
         default=2, metadata={"help": "Keep at most this many checkpoints (the best one is always kept)."}
     )
     logging_steps: float = field(default=50, metadata={"help": "Log the training loss every N steps."})
+    log_level: str = field(
+        default="passive",
+        metadata={
+            "help": "What a run prints. 'passive' (the default), 'warning', 'error', 'critical': what was read and "
+            "built, one progress bar per phase, the metrics and where the model went, with the libraries' warnings. "
+            "'info' or 'debug': also the libraries' logs (transformers, accelerate, datasets), transformers' own "
+            "progress bars and its metrics dumps, as transformers' examples print them.",
+            "choices": ["debug", "info", "warning", "error", "critical", "passive"],
+        },
+    )
+    dataloader_pin_memory: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Pin the batches' memory for a faster copy to the accelerator. Default: on where an accelerator "
+            "is used, off on the CPU (where pinning does nothing but warn)."
+        },
+    )
     tune_thresholds: Literal["auto", "global", "per_label", "none"] = field(
         default="auto",
         metadata={
@@ -599,7 +632,15 @@ class PooledTrainingArguments(TrainingArguments):
             # TrainingArguments only sets up CPU data parallelism (gloo) when asked to use the CPU; without it every
             # process launched by `accelerate launch --multi_gpu` on a machine without GPUs trains alone.
             self.use_cpu = True
+        if self.dataloader_pin_memory is None:
+            self.dataloader_pin_memory = _uses_an_accelerator(self.use_cpu)
         super().__post_init__()
+
+
+def _uses_an_accelerator(use_cpu: bool) -> bool:
+    import torch
+
+    return not use_cpu and torch.accelerator.is_available()
 
 
 def _launched_on_several_cpu_processes() -> bool:
@@ -649,7 +690,8 @@ def _parser() -> HfArgumentParser:
         prog=program,
         usage=f"{program} [CONFIG.yaml|CONFIG.json] [--flag value ...]",
         description="Fine-tune any Transformers backbone with any pooling head. Settings come from an optional "
-        "YAML/JSON config file (first argument) and flags; flags override the file.",
+        "YAML/JSON config file (first argument) and flags; flags override the file. "
+        f"{program} {DEMO_FLAG} DIR writes the quickstart's config files and data into DIR.",
     )
 
 

@@ -111,6 +111,21 @@ def shown_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     }
 
 
+# Left out of the line per evaluation (the summary shows them): a token task's precision and recall (its F1 sums them
+# up) and each task's loss where the run's mean loss is there.
+EPOCH_LINE_LEAVES_OUT = ("_precision", "_recall")
+
+
+def epoch_metrics(logs: dict[str, Any]) -> dict[str, float]:
+    scores = shown_metrics(logs)
+    return {
+        key: value
+        for key, value in scores.items()
+        if not key.endswith(EPOCH_LINE_LEAVES_OUT)
+        and not (key.endswith("_loss") and key != "eval_loss" and "eval_loss" in scores)
+    }
+
+
 def short_list(names: list[str], shown: int = 8) -> str:
     """``a, b, c`` or, for a long list, its first ``shown`` names and how many there are."""
     if len(names) <= shown:
@@ -198,7 +213,7 @@ class RunProgress(TrainerCallback):
             return
         if "loss" in logs and self.bar is not None:
             self.bar.set_postfix(loss=f"{logs['loss']:.4g}", refresh=False)
-        scores = shown_metrics(logs)
+        scores = epoch_metrics(logs)
         if self.training and scores:
             epoch = f"epoch {state.epoch:g}" if state.epoch is not None else f"step {state.global_step}"
             line = f"{epoch}: " + ", ".join(f"{key} {value:.4g}" for key, value in sorted(scores.items()))
@@ -242,8 +257,11 @@ def describe_splits(splits: dict[str, Any]) -> str:
     )
 
 
-def describe_labels(labels) -> str:
+def describe_labels(labels, token: bool = False) -> str:
+    """``single label classification, 4 labels: a, b, c, d``; a token task's ``7 tags: O, B-DATE, ...``."""
     names = list(getattr(labels, "names", None) or [])
+    if token:
+        return f"{len(names)} tags: {short_list(names)}"
     problem = str(labels.problem_type).replace("_", " ")
     return f"{problem}, {len(names)} labels: {short_list(names)}" if names else problem
 

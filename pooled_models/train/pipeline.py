@@ -474,9 +474,13 @@ class TaskRun(RunKind):
     def data_lines(self):
         if self.single:
             (task,) = self.tasks.values()
-            return [f"Data: {describe_splits(task.splits)}", f"Tags: {describe_labels(task.labels)}"]
+            return [
+                f"Data: {describe_splits(task.splits)}",
+                f"Labels: {describe_labels(task.labels, token=True)}",
+            ]
         return [
-            f"Task {name} ({task.kind}): {describe_splits(task.splits)}; {describe_labels(task.labels)}"
+            f"Task {name} ({task.kind}): {describe_splits(task.splits)}; "
+            + describe_labels(task.labels, token=task.kind == TOKEN)
             for name, task in self.tasks.items()
         ]
 

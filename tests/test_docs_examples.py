@@ -184,8 +184,10 @@ def run_page(page: Path, folder: Path) -> list[tuple[Block, str]]:
     with tempfile.TemporaryDirectory() as scratch:
         (Path(scratch) / "blocks.json").write_text(json.dumps(spec))
         (Path(scratch) / "driver.py").write_text(DRIVER)
+        # As a user's shell has it: without the suite's TRANSFORMERS_VERBOSITY (conftest.py), which would also turn
+        # Trainer's progress bars off (disable_tqdm follows transformers' verbosity).
         env = {
-            **os.environ,
+            **{key: value for key, value in os.environ.items() if key != "TRANSFORMERS_VERBOSITY"},
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",
@@ -197,13 +199,12 @@ def run_page(page: Path, folder: Path) -> list[tuple[Block, str]]:
             cwd=folder,
             env=env,
             capture_output=True,
-            text=True,
             timeout=900,
         )
-    assert result.returncode == 0, (
-        f"the examples of {page.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
-    )
-    outputs = result.stdout.split(SENTINEL)[1:]
+    # Decoded by hand: text mode would turn a progress bar's \r (which redraws its line) into a new line.
+    stdout, stderr = (stream.decode("utf-8", "replace") for stream in (result.stdout, result.stderr))
+    assert result.returncode == 0, f"the examples of {page.name} failed:\n{stdout[-3000:]}\n{stderr[-6000:]}"
+    outputs = stdout.split(SENTINEL)[1:]
     assert len(outputs) == len(runnable)
     return [(block, output.split("\n", 1)[1]) for block, output in zip(runnable, outputs, strict=True)]
 

@@ -96,7 +96,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--export_modules",
         choices=MODULE_CHOICES,
         default="auto",
-        help="how that folder is written (see README)",
+        help="how that folder is written (see docs/embeddings.md)",
     )
     parser.add_argument(
         "--verbose",

@@ -210,8 +210,13 @@ def run_one(
     (what it read and built, where its model went) is left out: the sweep says how each run went, in one line."""
     from ..train.cli import run
 
+    @contextlib.contextmanager
     def quiet():
-        return contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
+        if verbose:
+            yield
+            return
+        with contextlib.redirect_stdout(io.StringIO()), quiet_libraries(verbose):
+            yield
 
     record = RunRecord(name=name, kind=kind, seed=seed)
     output_dir = runs_dir / f"{name}-seed{seed}"
@@ -220,7 +225,8 @@ def run_one(
     start = time.perf_counter()
     try:
         if name == "logistic_regression":
-            metrics = logistic_regression_baseline(arguments)
+            with quiet():
+                metrics = logistic_regression_baseline(arguments)
             record.parameters = metrics.pop("parameters")
         else:
             with quiet():
@@ -262,7 +268,7 @@ def _check_data(train_arguments: list[str], report_dir: Path) -> tuple[str, str,
     set_up_logging(training_args)  # as every run sets it: quiet, unless --log_level info
     if not training_args.do_eval:
         raise UsageError("The sweep compares runs on validation data: set do_eval (and a validation split).")
-    with quiet_libraries(training_args):
+    with quiet_libraries(is_verbose(training_args)):
         splits, labels = prepare_splits(
             data_args, needed_splits(training_args), cache_dir=model_args.cache_dir
         )

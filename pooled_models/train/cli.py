@@ -33,7 +33,7 @@ from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.problem_types import PROBLEM_TYPES
 from ..modeling.registry import POOLINGS
 from ..thresholds import AVERAGES
-from .console import quiet_libraries, set_up_logging
+from .console import is_verbose, quiet_libraries, set_up_logging
 from .data import TaskSpec
 from .data.batching import SAMPLING_STRATEGIES
 from .errors import UsageError, program_name
@@ -107,12 +107,18 @@ def run(
     model_args, data_args, training_args = parse_arguments(argv)
     set_up_logging(training_args)
     specs = task_specs(data_args, pooled_config_kwargs(model_args))
-    with quiet_libraries(training_args):
+    with quiet_libraries(is_verbose(training_args)):
         return run_specs(model_args, data_args, training_args, specs, callbacks, model_factory)
 
 
 def _program() -> str:
     return program_name("train.py", "pooled-train", "pooled_models.train")
+
+
+def _help_command() -> str:
+    """The command that lists every setting, as the user runs the CLI (a pip install has no train.py)."""
+    program = _program()
+    return f"{'python train.py' if program == 'train.py' else program} --help"
 
 
 # pooled-train --demo DIR: the quickstart's config files and data, for an install that has no configs/ and data/.
@@ -130,8 +136,7 @@ def write_demo_files(argv: list[str]) -> None:
             f"{DEMO_FLAG} takes one folder and nothing else, e.g. {_program()} {DEMO_FLAG} quickstart"
         )
     configs = write_demo(given)
-    program = "python train.py" if _program() == "train.py" else _program()
-    print(demo_message(given, configs, program))
+    print(demo_message(given, configs, _help_command().removesuffix(" --help")))
 
 
 CONFIG_FILE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -153,11 +158,11 @@ def _command_line_settings(argv: list[str]) -> dict[str, Any]:
 
 CLI_MODEL_HELP = {
     "multi_label_loss": "train.py's default: 'asymmetric' for a multi-label run (measured on the debtags benchmark; "
-    "README, Defaults), left unset otherwise.",
+    "docs/training.md, Defaults), left unset otherwise.",
     "label_token_layers": "train.py's default: 2 where the backbone supports it (measured against 'all' on both "
-    "benchmarks; README, Defaults), 'all' elsewhere.",
+    "benchmarks; docs/training.md, Defaults), 'all' elsewhere.",
     "label_token_attention": "train.py's default: 'one_way' where the backbone supports it (measured against "
-    "'two_way' on both benchmarks; README, Defaults), 'two_way' elsewhere.",
+    "'two_way' on both benchmarks; docs/training.md, Defaults), 'two_way' elsewhere.",
 }
 
 
@@ -171,7 +176,7 @@ DATA_DERIVED_SETTINGS = {
 THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
 
 
-# train.py's optimisation defaults where they differ from TrainingArguments' (README, "Defaults"). The head learning
+# train.py's optimisation defaults where they differ from TrainingArguments' (docs/training.md, "Defaults"). The head learning
 # rate (bench/recipes.py, 3 seeds): on fortunes 5e-3 gains 4.8 points of macro-F1 over 1e-3 (2e-3: 2.6); on debtags
 # it costs 0.6 of micro-F1 against 1e-3 (0.9 against 2e-3) and gains 3.0 of macro-F1. It is the rate that beats the
 # 30-line recipe (whose head trains at 2e-3) on both.
@@ -381,7 +386,7 @@ class DataArguments:
             "help": "After saving, classify these texts with pipeline() from the saved folder and print them."
         },
     )
-    # Token classification and multi-task runs (train/token_data.py, train/task_specs.py; README).
+    # Token classification and multi-task runs (train/data/token.py, train/data/__init__.py; docs/multitask.md).
     tags_column: str | None = field(
         default=None,
         metadata={
@@ -406,7 +411,7 @@ class DataArguments:
         metadata={
             "help": "Multi-task: task name -> its kind (sequence or token), data files and columns, head settings "
             "and training settings (loss_weight, head_learning_rate, start_epoch, freeze_head). Given in a config "
-            "file; see the README's multi-task section."
+            "file; see docs/multitask.md."
         },
     )
 
@@ -441,9 +446,9 @@ class PooledTrainingArguments(TrainingArguments):
         "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
     )
 
-    # head_learning_rate and num_train_epochs were measured (bench/recipes.py, bench/multilabel_defaults.py; README,
-    # "Defaults"); the batch size, warmup and weight decay are the usual fine-tuning recipe. output_dir has no
-    # default, so a run never writes into a folder nobody asked for.
+    # head_learning_rate and num_train_epochs were measured (bench/recipes.py, bench/multilabel_defaults.py;
+    # docs/training.md, "Defaults"); the batch size, warmup and weight decay are the usual fine-tuning recipe.
+    # output_dir has no default, so a run never writes into a folder nobody asked for.
     learning_rate: float = field(default=5e-5, metadata={"help": "Learning rate of the backbone."})
     head_learning_rate: float | None = field(
         default=HEAD_LEARNING_RATE,
@@ -478,7 +483,7 @@ class PooledTrainingArguments(TrainingArguments):
     weight_decay: float = field(
         default=0.01, metadata={"help": "AdamW weight decay (not on biases and norms)."}
     )
-    # Measured in bench/throughput.py (README, "Speed"): on texts of mixed length most positions of a random batch are
+    # Measured in bench/throughput.py (docs/performance.md, "Speed"): on texts of mixed length most positions of a random batch are
     # padding, which the backbone computes like real tokens.
     train_sampling_strategy: str = field(
         default="group_by_length",
@@ -707,7 +712,7 @@ def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTraining
         if unknown:
             raise UsageError(
                 f"Config file {config_file} has unknown settings: {'; '.join(_with_suggestion(key, known) for key in unknown)}. "
-                "Run train.py --help for the list."
+                f"Run {_help_command()} for the list."
             )
         parser.set_defaults(**file_values)  # flags given after the file override it
     _refuse_code_references([arg for arg in argv if arg.startswith("--")], "The command line")
@@ -723,7 +728,7 @@ def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTraining
     ) as error:  # TrainingArguments' own consistency checks, e.g. mismatched eval/save strategies
         raise UsageError(str(error)) from error
     if remaining:
-        raise UsageError(f"Unknown arguments: {' '.join(remaining)}. Run train.py --help for the list.")
+        raise UsageError(f"Unknown arguments: {' '.join(remaining)}. Run {_help_command()} for the list.")
     return tuple(outputs)
 
 

@@ -74,10 +74,10 @@ def set_up_logging(training_args) -> None:
 
 
 @contextmanager
-def quiet_libraries(training_args):
-    """transformers' ("Loading weights", "Writing model shards") and datasets' ("Generating data split", map) progress
-    bars off for a quiet run, and as they were afterwards, for a caller that runs more in the same process."""
-    if is_verbose(training_args):
+def quiet_libraries(verbose: bool):
+    """Unless ``verbose``: transformers' ("Loading weights", "Writing model shards") and datasets' ("Generating data
+    split", map) progress bars off, and as they were afterwards, for a caller that runs more in the same process."""
+    if verbose:
         yield
         return
     import datasets

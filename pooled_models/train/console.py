@@ -60,7 +60,7 @@ def set_up_logging(training_args) -> None:
     if is_verbose(training_args):
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
         for name in CHATTY_LOGGERS:
-            logging.getLogger(name).setLevel(logging.NOTSET)
+            logging.getLogger(name).setLevel(logging.INFO)
     else:
         root = logging.getLogger()
         if not root.handlers:  # an application's (or pytest's) own logging setup is left as it is
@@ -273,13 +273,15 @@ def describe_head(config) -> str:
     return ", ".join(part for part in (pooling and f"{pooling} pooling", head and f"{head} head") if part)
 
 
-def describe_model(model, base_model: str, parameters: int) -> str:
+def describe_model(model, base_model: str, parameters: int, token_head_alone: bool = False) -> str:
     """``PooledForSequenceClassification on <backbone> (bert): mean pooling, linear head; 22.7M parameters, all
-    trained``, and for a multi-task model each task's head."""
+    trained``, and for a multi-task model each task's head. ``token_head_alone``: a one-task model trained for its
+    token head, which the run publishes as a ``PooledForTokenClassification``."""
     config = model.config
     backbone = getattr(config, "backbone_config", None)
     family = f" ({backbone.model_type})" if backbone is not None else ""
-    if isinstance(model, PooledForTokenClassification):
+    name = "PooledForTokenClassification" if token_head_alone else type(model).__name__
+    if token_head_alone or isinstance(model, PooledForTokenClassification):
         built = "token head"
     elif hasattr(model, "task_configs"):
         parts = [
@@ -292,4 +294,4 @@ def describe_model(model, base_model: str, parameters: int) -> str:
     trained = sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
     share = "all trained" if trained == parameters else f"{count(trained)} trained"
     built = f": {built}" if built else ""
-    return f"Model: {type(model).__name__} on {base_model}{family}{built}; {count(parameters)} parameters, {share}"
+    return f"Model: {name} on {base_model}{family}{built}; {count(parameters)} parameters, {share}"

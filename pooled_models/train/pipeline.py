@@ -129,7 +129,9 @@ def _locked_run(staging, model_args, data_args, training_args, specs, callbacks,
     with training_args.main_process_first(desc="tokenizing"):
         kind.tokenize(tokenizer, model)
     _prepare_for_training(kind, model, training_args)
-    say(training_args, [describe_model(model, base_model, parameters)])
+    say(
+        training_args, [describe_model(model, base_model, parameters, token_head_alone=kind.token_head_alone)]
+    )
 
     # Everything is checked: from here on the run writes, into the staging folder only.
     push_to_hub, training_args.push_to_hub = (
@@ -287,6 +289,8 @@ def run_kind(model_args, data_args, training_args, specs: list[TaskSpec], model_
 
 class RunKind:
     """The steps of :func:`_locked_run` that depend on the kind of run, in the order it calls them."""
+
+    token_head_alone = False  # a one-token-task run, which publishes its token head alone
 
     def __init__(self, model_args, data_args, training_args, specs: list[TaskSpec]):
         self.model_args, self.data_args, self.training_args, self.specs = (
@@ -462,6 +466,7 @@ class TaskRun(RunKind):
     def __init__(self, model_args, data_args, training_args, specs):
         super().__init__(model_args, data_args, training_args, specs)
         self.single = data_args.tasks is None
+        self.token_head_alone = self.single
         self.saved = saved_model_config(model_args)
         self.tasks: dict[str, TaskData] = {}
 

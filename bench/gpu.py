@@ -167,8 +167,9 @@ def run_train_py(
 ):
     """One train.py run (train only): ``(real tokens, train_runtime, attention used)``. ``bf16=False`` is for
     checking the plumbing on a machine without a GPU (tests/bench/test_gpu.py), never for figures."""
-    import pooled_models.train.run as train_run
-    from pooled_models.train.model_setup import build_model
+    import pooled_models.train.pipeline as train_pipeline
+    from pooled_models.train.cli import run as train_py
+    from pooled_models.train.model import build_model
 
     counts = {"real": 0}
     built = []
@@ -200,12 +201,13 @@ def run_train_py(
         "--report_to", "none",
         "--packed_batches", "true" if packed else "false",
     ]  # fmt: skip
-    original = train_run.DataCollatorWithPadding
-    train_run.DataCollatorWithPadding = collator_factory
+    # The pipeline pads a sequence run's batches with the DataCollatorWithPadding it imports: counted here.
+    original = train_pipeline.DataCollatorWithPadding
+    train_pipeline.DataCollatorWithPadding = collator_factory
     try:
-        result = train_run.run(argv, model_factory=with_attention if attention != SDPA else None)
+        result = train_py(argv, model_factory=with_attention if attention != SDPA else None)
     finally:
-        train_run.DataCollatorWithPadding = original
+        train_pipeline.DataCollatorWithPadding = original
     used = built[0].get_backbone().config._attn_implementation if built else attention
     return counts["real"], result.metrics["train_runtime"], used
 

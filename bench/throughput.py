@@ -51,8 +51,9 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-import pooled_models.train.cli as train_run  # noqa: E402
+import pooled_models.train.pipeline as train_pipeline  # noqa: E402
 from pooled_models.train.cli import TRAIN_BATCH_SIZE  # noqa: E402
+from pooled_models.train.cli import run as train_py  # noqa: E402
 from pooled_models.train.evaluation import compute_metrics  # noqa: E402
 
 MAX_SEQ_LENGTH = {
@@ -163,12 +164,13 @@ def run_train_py(
     ]
     if random_order:
         argv += ["--train_sampling_strategy", "random", "--length_sorted_eval", "false"]
-    original = train_run.DataCollatorWithPadding
-    train_run.DataCollatorWithPadding = collator_factory
+    # The pipeline pads a sequence run's batches with the DataCollatorWithPadding it imports: counted here.
+    original = train_pipeline.DataCollatorWithPadding
+    train_pipeline.DataCollatorWithPadding = collator_factory
     try:
-        result = train_run.run(argv, callbacks=[PhaseMarker(collators)])
+        result = train_py(argv, callbacks=[PhaseMarker(collators)])
     finally:
-        train_run.DataCollatorWithPadding = original
+        train_pipeline.DataCollatorWithPadding = original
     return summary(result.metrics, counts, result.metrics[f"test_{METRIC[dataset]}"])
 
 

@@ -53,8 +53,14 @@ def test_the_wheel_installs_trains_and_serves_outside_the_repository(tmp_path, t
     run([sys.executable, "-m", "pip", "wheel", REPO, "--no-deps", "--quiet", "-w", dist], cwd=tmp_path)
     (wheel,) = dist.glob("pooled_models-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "pooled_models/train/templates/pooled_classifier.md" in names
-    assert "pooled_models/modeling/modeling_pooled.py" in names
+    # The card templates live in the repository's top-level model_cards/, which setup.py maps into the package.
+    assert {
+        "pooled_models/model_cards/pooled_classifier.md",
+        "pooled_models/model_cards/pooled_tasks.md",
+    } <= set(names)
+    # setup.py lists the packages itself: every module of the source tree is in the wheel.
+    sources = {path.relative_to(REPO).as_posix() for path in (REPO / "pooled_models").rglob("*.py")}
+    assert sources <= set(names), sorted(sources - set(names))
     assert not [name for name in names if name.startswith(("tests/", "bench/", "corpora/"))]
 
     venv = tmp_path / "venv"
@@ -110,6 +116,11 @@ def test_the_wheel_installs_trains_and_serves_outside_the_repository(tmp_path, t
     assert f"Saved to: {elsewhere / 'model'}" in trained.stdout
     card = (elsewhere / "model" / "README.md").read_text()
     assert "pooled_models" in card and "eval_accuracy" not in card and "| validation |" in card
+    # Rendered from the installed copy of model_cards/ (there is no repository here to fall back on).
+    installed_template = venv_site_packages(venv) / "pooled_models" / "model_cards" / "pooled_classifier.md"
+    assert installed_template.is_file()
+    assert "fine-tuned with the `train.py` of `pooled_models`" in installed_template.read_text()
+    assert "fine-tuned with the `train.py` of `pooled_models`" in card
     script = """
         import pooled_models
         from transformers import pipeline

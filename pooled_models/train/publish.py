@@ -60,7 +60,16 @@ __all__ = [
     "print_task_summary",
 ]
 
-TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"  # package data: shipped in the wheel
+
+def _model_cards_dir() -> Path:
+    """The card templates: the repository's top-level model_cards/ folder, which the wheel ships as
+    pooled_models/model_cards (setup.py maps it), so a pip-installed pooled-train finds them too."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "model_cards"
+    return installed if installed.is_dir() else package.parent / "model_cards"
+
+
+TEMPLATES_DIR = _model_cards_dir()
 
 
 DEFAULT_TEMPLATE = TEMPLATES_DIR / "pooled_classifier.md"

@@ -9,7 +9,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # helpers.py (shared by every test room) and bench/corpora (the benchmark corpora, whose builders are tested here).
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))  # the demo data generators
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

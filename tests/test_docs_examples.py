@@ -8,7 +8,10 @@ The pages follow these conventions (docs/index.md, "The examples", tells readers
   repository has at its root for the commands (train.py, sweep.py, configs/, data/).
 - A ``<!-- needs-hub -->`` block is skipped, and its first line tells the reader what to use offline.
 - A ```text block is what the block before it prints: each of its lines appears in the output, in order, where
-  ``~<number>`` stands for a number that varies from run to run.
+  ``~<number>`` stands for a number that varies from run to run. A shell block's output is its standard output and
+  error together, as a terminal shows them.
+- A shell block that trains (train.py, pooled-train) prints no library chatter (:data:`NOISE`), and the README's
+  quickstart prints its summary in a few lines (``test_the_quickstart_prints_its_summary_and_no_chatter``).
 
 Run as a script (``python tests/test_docs_examples.py docs/models.md``) it prints what each block of a page printed,
 to regenerate the outputs a page shows.
@@ -115,9 +118,53 @@ for index, block in enumerate(json.load(open(sys.argv[1]))):
         # Padded with blank lines so that a traceback's line numbers are the page's.
         exec(compile("\\n" * (block["line"] - 1) + block["code"], block["page"], "exec"), namespace)
     else:
-        subprocess.run(["bash", "-e", "-c", block["code"]], check=True)
+        subprocess.run(["bash", "-e", "-c", block["code"]], check=True, stderr=subprocess.STDOUT)
     sys.stdout.flush()
 """
+
+
+# What a training run printed before it was quiet by default (issue 25); --log_level info brings it back.
+NOISE = {
+    "accelerate's INFO lines": re.compile(r"INFO accelerate|The used dataset had no length"),
+    "the pin_memory warning": re.compile(r"pin_memory"),
+    "datasets' progress bars": re.compile(r"Generating data split|Tokenizing (train|validation|test)"),
+    "transformers' loading and writing bars": re.compile(r"Loading weights|Writing model shards"),
+    "Trainer's metrics dumps": re.compile(r"\*\*\*\*\* \w+ metrics \*\*\*\*\*"),
+    "Trainer's logged dicts": re.compile(r"\{'(eval_|train_|loss)"),
+    "a bar without a total, or transformers' own bar": re.compile(r"\d+it \[|it/s\]"),
+    "a Python warning": re.compile(r"Warning: "),
+}
+
+
+def trains(block: Block) -> bool:
+    return block.lang == "bash" and bool(re.search(r"(train\.py|pooled-train) \S+\.(yaml|json)", block.code))
+
+
+def check_quiet(block: Block, printed: str) -> None:
+    found = {
+        what: line for line in printed.splitlines() for what, noise in NOISE.items() if noise.search(line)
+    }
+    assert not found, f"{block.where}: the run printed library chatter: {found}"
+
+
+def test_the_chatter_check_sees_what_a_run_printed_before_it_was_quiet():
+    block = Block(REPO / "README.md", 1, "bash", "pooled-train quickstart/quickstart.yaml\n", "run")
+    before = [  # lines of the quickstart's output before issue 25
+        "2026-11-24 05:08:14,983 INFO accelerate.accelerator: [RANK 0] The used dataset had no length, returning",
+        "dataloader.py:759: UserWarning: 'pin_memory' argument is set as true but no accelerator is found",
+        "Generating data split: 400 examples [00:00, 75386.28 examples/s]",
+        "Loading weights: 100%|##########| 101/101 [00:00<00:00, 20844.59it/s]",
+        "***** train metrics *****",
+        "{'eval_loss': '0.001736', 'eval_accuracy': '1', 'epoch': '1'}",
+        "26it [00:01, 16.44it/s]",
+    ]
+    for line in before:
+        with pytest.raises(AssertionError, match="library chatter"):
+            check_quiet(block, f"Data: train file data/demo/train.csv: 400 rows\n{line}\n")
+    check_quiet(block, "train: 100%|##########| 100/100 [00:31<00:00,  3.20step/s, loss=0.1644]\n")
+    assert trains(block) and not trains(
+        Block(REPO / "README.md", 1, "bash", "pooled-train --demo x\n", "run")
+    )
 
 
 def prepare_folder(folder: Path, model_from: Path | None) -> None:
@@ -137,8 +184,10 @@ def run_page(page: Path, folder: Path) -> list[tuple[Block, str]]:
     with tempfile.TemporaryDirectory() as scratch:
         (Path(scratch) / "blocks.json").write_text(json.dumps(spec))
         (Path(scratch) / "driver.py").write_text(DRIVER)
+        # As a user's shell has it: without the suite's TRANSFORMERS_VERBOSITY (conftest.py), which would also turn
+        # Trainer's progress bars off (disable_tqdm follows transformers' verbosity).
         env = {
-            **os.environ,
+            **{key: value for key, value in os.environ.items() if key != "TRANSFORMERS_VERBOSITY"},
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",
@@ -150,13 +199,12 @@ def run_page(page: Path, folder: Path) -> list[tuple[Block, str]]:
             cwd=folder,
             env=env,
             capture_output=True,
-            text=True,
             timeout=900,
         )
-    assert result.returncode == 0, (
-        f"the examples of {page.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
-    )
-    outputs = result.stdout.split(SENTINEL)[1:]
+    # Decoded by hand: text mode would turn a progress bar's \r (which redraws its line) into a new line.
+    stdout, stderr = (stream.decode("utf-8", "replace") for stream in (result.stdout, result.stderr))
+    assert result.returncode == 0, f"the examples of {page.name} failed:\n{stdout[-3000:]}\n{stderr[-6000:]}"
+    outputs = stdout.split(SENTINEL)[1:]
     assert len(outputs) == len(runnable)
     return [(block, output.split("\n", 1)[1]) for block, output in zip(runnable, outputs, strict=True)]
 
@@ -228,7 +276,43 @@ def test_the_readme_examples_run_and_print_what_it_shows(readme_folder):
     for block, printed in results:
         if block.output is not None:
             check_output(block, printed)
+        if trains(block):
+            check_quiet(block, printed)
     assert (folder / "sentiment" / "model.safetensors").is_file()
+
+
+# The quickstart's summary: every line a user needs (what was read and built, the bars of its phases, the
+# evaluations, the metrics, where the model went and how to use it), in a few lines. Before quiet output it printed
+# 129 to 188 lines.
+QUICKSTART_SUMMARY = [
+    "Data: train file ",
+    "Labels: single label classification, 4 labels: account, billing, delivery, technical",
+    "Model: PooledForSequenceClassification on sentence-transformers/all-MiniLM-L6-v2 (bert): mean pooling",
+    "train: 100%",
+    "epoch 1: eval_accuracy ",
+    "epoch 4: eval_accuracy ",
+    "evaluate: 100%",
+    "predict: 100%",
+    "Trained 4 epochs on 400 rows in ",
+    "Evaluation:",
+    "test_f1_macro",
+    "Saved to: ",
+    "The saved model, loaded with pipeline():",
+    "Use it:",
+    "import pooled_models",
+    'classify = pipeline("text-classification", model="quickstart/outputs/quickstart")',
+]
+QUICKSTART_MAX_LINES = 40
+
+
+@pytest.mark.slow
+def test_the_quickstart_prints_its_summary_and_no_chatter(readme_folder):
+    _, results = readme_folder
+    (printed,) = [printed for block, printed in results if trains(block) and "quickstart.yaml" in block.code]
+    lines = printed.split("\n")  # a progress bar redraws its line with \r: one line on a terminal
+    assert len(lines) <= QUICKSTART_MAX_LINES, printed
+    missing = [wanted for wanted in QUICKSTART_SUMMARY if not any(wanted in line for line in lines)]
+    assert not missing, f"the quickstart did not print {missing}:\n{printed}"
 
 
 @pytest.mark.slow
@@ -242,6 +326,8 @@ def test_the_pages_examples_run_and_print_what_they_show(page, readme_folder, tm
     for block, printed in run_page(page, tmp_path):
         if block.output is not None:
             check_output(block, printed)
+        if trains(block):
+            check_quiet(block, printed)
 
 
 if __name__ == "__main__":

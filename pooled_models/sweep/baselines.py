@@ -11,10 +11,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import numpy as np
+import transformers
 from transformers import AutoModelForSequenceClassification
 
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION
@@ -37,7 +39,22 @@ def vanilla_model(model_args, labels: Labels, tokenizer):
     The parameters ``from_pretrained`` has no weights for (the classification head) are recorded in
     ``newly_initialized_parameters``, so that ``head_learning_rate`` applies to them as to a pooled model's head.
     """
-    model, loading_info = AutoModelForSequenceClassification.from_pretrained(
+    # Transformers' report of the new head's weights is what this baseline expects (they are recorded below): said in a
+    # verbose run (--log_level info) only.
+    verbosity = transformers.utils.logging.get_verbosity()
+    if verbosity > logging.INFO:
+        transformers.utils.logging.set_verbosity(logging.ERROR)
+    try:
+        model, loading_info = _from_pretrained(model_args, labels)
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    model.newly_initialized_parameters = sorted(loading_info["missing_keys"])
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def _from_pretrained(model_args, labels: Labels):
+    return AutoModelForSequenceClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=labels.num_labels,
         id2label=labels.id2label,
@@ -49,9 +66,6 @@ def vanilla_model(model_args, labels: Labels, tokenizer):
         trust_remote_code=False,
         output_loading_info=True,
     )
-    model.newly_initialized_parameters = sorted(loading_info["missing_keys"])
-    model.config.pad_token_id = tokenizer.pad_token_id
-    return model
 
 
 def _embed(encoder, split, data_args) -> np.ndarray:

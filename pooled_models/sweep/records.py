@@ -83,6 +83,7 @@ NOT_AFFECTING_RESULTS = (
     "logging_first_step",
     "logging_nan_inf_filter",
     "example_texts",
+    "dataloader_pin_memory",  # train.py turns it off on the CPU, where it only warned
 )
 # Local data files are recorded by their contents: a file moved keeps its runs, a file edited in place does not.
 DATA_FILES = ("train_file", "validation_file", "test_file")

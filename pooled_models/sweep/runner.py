@@ -26,6 +26,8 @@ run, with the settings that differ; without ``--resume``, a folder that holds a 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import shlex
@@ -40,6 +42,7 @@ from typing import Any
 
 from ..modeling.registry import POOLINGS
 from ..train.cli import parse_arguments
+from ..train.console import is_verbose, quiet_libraries, set_up_logging
 from ..train.errors import UsageError, program_name
 from ..train.evaluation import BEST_MODEL_METRIC
 from .baselines import logistic_regression_baseline, vanilla_model
@@ -195,10 +198,25 @@ def _describe(error: BaseException) -> str:
 
 
 def run_one(
-    name: str, kind: str, seed: int, train_arguments: list[str], runs_dir: Path, keep_model: bool
+    name: str,
+    kind: str,
+    seed: int,
+    train_arguments: list[str],
+    runs_dir: Path,
+    keep_model: bool,
+    verbose: bool = False,
 ) -> RunRecord:
-    """One run; any error is caught and recorded, so the sweep goes on."""
+    """One run; any error is caught and recorded, so the sweep goes on. Unless ``verbose``, the run's own summary
+    (what it read and built, where its model went) is left out: the sweep says how each run went, in one line."""
     from ..train.cli import run
+
+    @contextlib.contextmanager
+    def quiet():
+        if verbose:
+            yield
+            return
+        with contextlib.redirect_stdout(io.StringIO()), quiet_libraries(verbose):
+            yield
 
     record = RunRecord(name=name, kind=kind, seed=seed)
     output_dir = runs_dir / f"{name}-seed{seed}"
@@ -207,10 +225,12 @@ def run_one(
     start = time.perf_counter()
     try:
         if name == "logistic_regression":
-            metrics = logistic_regression_baseline(arguments)
+            with quiet():
+                metrics = logistic_regression_baseline(arguments)
             record.parameters = metrics.pop("parameters")
         else:
-            result = run(arguments, model_factory=vanilla_model if name == "vanilla" else None)
+            with quiet():
+                result = run(arguments, model_factory=vanilla_model if name == "vanilla" else None)
             metrics, record.parameters = result.metrics, result.parameters
         record.metrics = {key: value for key, value in metrics.items() if _is_number_or_list(value)}
     except KeyboardInterrupt:
@@ -245,12 +265,24 @@ def _check_data(train_arguments: list[str], report_dir: Path) -> tuple[str, str,
     model_args, data_args, training_args = parse_arguments(
         _run_arguments(train_arguments, None, DEFAULT_SEED, report_dir / "runs" / "check")
     )
+    set_up_logging(training_args)  # as every run sets it: quiet, unless --log_level info
     if not training_args.do_eval:
         raise UsageError("The sweep compares runs on validation data: set do_eval (and a validation split).")
-    splits, labels = prepare_splits(data_args, needed_splits(training_args), cache_dir=model_args.cache_dir)
+    with quiet_libraries(is_verbose(training_args)):
+        splits, labels = prepare_splits(
+            data_args, needed_splits(training_args), cache_dir=model_args.cache_dir
+        )
     split = "test" if "test" in splits and splits["test"].labelled else "eval"
     metric = f"{split}_{BEST_MODEL_METRIC[labels.problem_type][0]}"
     return labels.problem_type, metric, shared_settings(model_args, data_args, training_args)
+
+
+def _verbose(train_arguments: list[str], report_dir: Path) -> bool:
+    """Whether the runs print everything (``--log_level info`` among the train.py arguments)."""
+    _, _, training_args = parse_arguments(
+        _run_arguments(train_arguments, None, DEFAULT_SEED, report_dir / "runs" / "check")
+    )
+    return is_verbose(training_args)
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -387,6 +419,7 @@ def run_sweep(options: argparse.Namespace, train_arguments: list[str]) -> Sweep:
     if earlier is not None:
         _refuse_incomparable(earlier, sweep, options.report_dir)
     runs_dir = options.report_dir / "runs"
+    verbose = _verbose(train_arguments, options.report_dir)
     runs_dir.mkdir(parents=True, exist_ok=True)
     plan, finished = _plan(sweep), _finished(sweep)
     if earlier is not None:
@@ -402,7 +435,9 @@ def run_sweep(options: argparse.Namespace, train_arguments: list[str]) -> Sweep:
                 continue
             run = f"{_kind(name)} {name}, seed {seed}"
             print(f"[sweep {index}/{len(plan)}] {run} ...", flush=True)
-            record = run_one(name, _kind(name), seed, train_arguments, runs_dir, options.keep_models)
+            record = run_one(
+                name, _kind(name), seed, train_arguments, runs_dir, options.keep_models, verbose=verbose
+            )
             updated = _with_record(sweep, record)
             write_report(updated, options.report_dir)
             sweep = (
@@ -457,7 +492,6 @@ def _interrupted_message(interrupted: KeyboardInterrupt, argv: list[str]) -> str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         options, train_arguments = parse_sweep_arguments(argv)

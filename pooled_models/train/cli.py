@@ -16,7 +16,6 @@ import difflib
 import errno
 import inspect
 import json
-import logging
 import os
 import re
 import sys
@@ -26,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import transformers
 import yaml
 from transformers import HfArgumentParser, TrainerCallback, TrainingArguments
 
@@ -35,6 +33,7 @@ from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.problem_types import PROBLEM_TYPES
 from ..modeling.registry import POOLINGS
 from ..thresholds import AVERAGES
+from .console import is_verbose, quiet_libraries, set_up_logging
 from .data import TaskSpec
 from .data.batching import SAMPLING_STRATEGIES
 from .errors import UsageError, program_name
@@ -74,8 +73,12 @@ DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of train.py: runs, and reports usage and data errors without a traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        run(list(sys.argv[1:] if argv is None else argv))
+        if argv and argv[0].split("=")[0] == DEMO_FLAG:
+            write_demo_files(argv)
+            return 0
+        run(argv)
     except UsageError as error:
         print(f"{_program()}: error: {error}", file=sys.stderr)
         return 2
@@ -102,20 +105,38 @@ def run(
     writes no model card (the card describes a pooling).
     """
     model_args, data_args, training_args = parse_arguments(argv)
-    _set_up_logging(training_args)
+    set_up_logging(training_args)
     specs = task_specs(data_args, pooled_config_kwargs(model_args))
-    return run_specs(model_args, data_args, training_args, specs, callbacks, model_factory)
+    with quiet_libraries(is_verbose(training_args)):
+        return run_specs(model_args, data_args, training_args, specs, callbacks, model_factory)
 
 
 def _program() -> str:
     return program_name("train.py", "pooled-train", "pooled_models.train")
 
 
-def _set_up_logging(training_args) -> None:
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    level = training_args.get_process_log_level()
-    logging.getLogger("pooled_models").setLevel(logging.INFO if training_args.should_log else level)
-    transformers.utils.logging.set_verbosity(level)
+def _help_command() -> str:
+    """The command that lists every setting, as the user runs the CLI (a pip install has no train.py)."""
+    program = _program()
+    return f"{'python train.py' if program == 'train.py' else program} --help"
+
+
+# pooled-train --demo DIR: the quickstart's config files and data, for an install that has no configs/ and data/.
+DEMO_FLAG = "--demo"
+
+
+def write_demo_files(argv: list[str]) -> None:
+    """``--demo DIR`` (or ``--demo=DIR``): write the demo into DIR and say what to run next."""
+    from .demo import demo_message, write_demo
+
+    given = argv[0].partition("=")[2] if "=" in argv[0] else (argv[1] if len(argv) > 1 else None)
+    rest = argv[1:] if "=" in argv[0] else argv[2:]
+    if not given or given.startswith("-") or rest:
+        raise UsageError(
+            f"{DEMO_FLAG} takes one folder and nothing else, e.g. {_program()} {DEMO_FLAG} quickstart"
+        )
+    configs = write_demo(given)
+    print(demo_message(given, configs, _help_command().removesuffix(" --help")))
 
 
 CONFIG_FILE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -137,11 +158,11 @@ def _command_line_settings(argv: list[str]) -> dict[str, Any]:
 
 CLI_MODEL_HELP = {
     "multi_label_loss": "train.py's default: 'asymmetric' for a multi-label run (measured on the debtags benchmark; "
-    "README, Defaults), left unset otherwise.",
+    "docs/training.md, Defaults), left unset otherwise.",
     "label_token_layers": "train.py's default: 2 where the backbone supports it (measured against 'all' on both "
-    "benchmarks; README, Defaults), 'all' elsewhere.",
+    "benchmarks; docs/training.md, Defaults), 'all' elsewhere.",
     "label_token_attention": "train.py's default: 'one_way' where the backbone supports it (measured against "
-    "'two_way' on both benchmarks; README, Defaults), 'two_way' elsewhere.",
+    "'two_way' on both benchmarks; docs/training.md, Defaults), 'two_way' elsewhere.",
 }
 
 
@@ -155,7 +176,7 @@ DATA_DERIVED_SETTINGS = {
 THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
 
 
-# train.py's optimisation defaults where they differ from TrainingArguments' (README, "Defaults"). The head learning
+# train.py's optimisation defaults where they differ from TrainingArguments' (docs/training.md, "Defaults"). The head learning
 # rate (bench/recipes.py, 3 seeds): on fortunes 5e-3 gains 4.8 points of macro-F1 over 1e-3 (2e-3: 2.6); on debtags
 # it costs 0.6 of micro-F1 against 1e-3 (0.9 against 2e-3) and gains 3.0 of macro-F1. It is the rate that beats the
 # 30-line recipe (whose head trains at 2e-3) on both.
@@ -365,7 +386,7 @@ class DataArguments:
             "help": "After saving, classify these texts with pipeline() from the saved folder and print them."
         },
     )
-    # Token classification and multi-task runs (train/token_data.py, train/task_specs.py; README).
+    # Token classification and multi-task runs (train/data/token.py, train/data/__init__.py; docs/multitask.md).
     tags_column: str | None = field(
         default=None,
         metadata={
@@ -390,7 +411,7 @@ class DataArguments:
         metadata={
             "help": "Multi-task: task name -> its kind (sequence or token), data files and columns, head settings "
             "and training settings (loss_weight, head_learning_rate, start_epoch, freeze_head). Given in a config "
-            "file; see the README's multi-task section."
+            "file; see docs/multitask.md."
         },
     )
 
@@ -425,9 +446,9 @@ class PooledTrainingArguments(TrainingArguments):
         "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
     )
 
-    # head_learning_rate and num_train_epochs were measured (bench/recipes.py, bench/multilabel_defaults.py; README,
-    # "Defaults"); the batch size, warmup and weight decay are the usual fine-tuning recipe. output_dir has no
-    # default, so a run never writes into a folder nobody asked for.
+    # head_learning_rate and num_train_epochs were measured (bench/recipes.py, bench/multilabel_defaults.py;
+    # docs/training.md, "Defaults"); the batch size, warmup and weight decay are the usual fine-tuning recipe.
+    # output_dir has no default, so a run never writes into a folder nobody asked for.
     learning_rate: float = field(default=5e-5, metadata={"help": "Learning rate of the backbone."})
     head_learning_rate: float | None = field(
         default=HEAD_LEARNING_RATE,
@@ -462,7 +483,7 @@ class PooledTrainingArguments(TrainingArguments):
     weight_decay: float = field(
         default=0.01, metadata={"help": "AdamW weight decay (not on biases and norms)."}
     )
-    # Measured in bench/throughput.py (README, "Speed"): on texts of mixed length most positions of a random batch are
+    # Measured in bench/throughput.py (docs/performance.md, "Speed"): on texts of mixed length most positions of a random batch are
     # padding, which the backbone computes like real tokens.
     train_sampling_strategy: str = field(
         default="group_by_length",
@@ -532,6 +553,23 @@ class PooledTrainingArguments(TrainingArguments):
         default=2, metadata={"help": "Keep at most this many checkpoints (the best one is always kept)."}
     )
     logging_steps: float = field(default=50, metadata={"help": "Log the training loss every N steps."})
+    log_level: str = field(
+        default="passive",
+        metadata={
+            "help": "What a run prints. 'passive' (the default), 'warning', 'error', 'critical': what was read and "
+            "built, one progress bar per phase, the metrics and where the model went, with the libraries' warnings. "
+            "'info' or 'debug': also the libraries' logs (transformers, accelerate, datasets), transformers' own "
+            "progress bars and its metrics dumps, as transformers' examples print them.",
+            "choices": ["debug", "info", "warning", "error", "critical", "passive"],
+        },
+    )
+    dataloader_pin_memory: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Pin the batches' memory for a faster copy to the accelerator. Default: on where an accelerator "
+            "is used, off on the CPU (where pinning does nothing but warn)."
+        },
+    )
     tune_thresholds: Literal["auto", "global", "per_label", "none"] = field(
         default="auto",
         metadata={
@@ -599,7 +637,15 @@ class PooledTrainingArguments(TrainingArguments):
             # TrainingArguments only sets up CPU data parallelism (gloo) when asked to use the CPU; without it every
             # process launched by `accelerate launch --multi_gpu` on a machine without GPUs trains alone.
             self.use_cpu = True
+        if self.dataloader_pin_memory is None:
+            self.dataloader_pin_memory = _uses_an_accelerator(self.use_cpu)
         super().__post_init__()
+
+
+def _uses_an_accelerator(use_cpu: bool) -> bool:
+    import torch
+
+    return not use_cpu and torch.accelerator.is_available()
 
 
 def _launched_on_several_cpu_processes() -> bool:
@@ -649,7 +695,8 @@ def _parser() -> HfArgumentParser:
         prog=program,
         usage=f"{program} [CONFIG.yaml|CONFIG.json] [--flag value ...]",
         description="Fine-tune any Transformers backbone with any pooling head. Settings come from an optional "
-        "YAML/JSON config file (first argument) and flags; flags override the file.",
+        "YAML/JSON config file (first argument) and flags; flags override the file. "
+        f"{program} {DEMO_FLAG} DIR writes the quickstart's config files and data into DIR.",
     )
 
 
@@ -665,7 +712,7 @@ def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTraining
         if unknown:
             raise UsageError(
                 f"Config file {config_file} has unknown settings: {'; '.join(_with_suggestion(key, known) for key in unknown)}. "
-                "Run train.py --help for the list."
+                f"Run {_help_command()} for the list."
             )
         parser.set_defaults(**file_values)  # flags given after the file override it
     _refuse_code_references([arg for arg in argv if arg.startswith("--")], "The command line")
@@ -681,7 +728,7 @@ def parse_arguments(argv: list[str]) -> tuple[Any, DataArguments, PooledTraining
     ) as error:  # TrainingArguments' own consistency checks, e.g. mismatched eval/save strategies
         raise UsageError(str(error)) from error
     if remaining:
-        raise UsageError(f"Unknown arguments: {' '.join(remaining)}. Run train.py --help for the list.")
+        raise UsageError(f"Unknown arguments: {' '.join(remaining)}. Run {_help_command()} for the list.")
     return tuple(outputs)
 
 

@@ -280,7 +280,9 @@ def plan_thresholds(
         reason = _why_auto_does_not_tune(training_args, labels, splits, given)
         tuning = "none" if reason else "global"
         if reason:
-            logger.info("Decision thresholds are not tuned (tune_thresholds=auto): %s.", reason)
+            # Single-label and regression runs have no decision threshold: saying so is noise (debug level).
+            level = logging.INFO if multi_label else logging.DEBUG
+            logger.log(level, "Decision thresholds are not tuned (tune_thresholds=auto): %s.", reason)
     else:
         tuning = "none"
     if not multi_label:

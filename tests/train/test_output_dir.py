@@ -110,6 +110,25 @@ def test_overwrite_refuses_a_folder_with_content_no_run_wrote(tmp_path, data, ti
     assert leftovers(folder) == [folder]
 
 
+def test_a_folder_of_your_own_files_is_refused_at_once_and_the_advice_works(
+    tmp_path, data, tiny_backbone_path
+):
+    # Without --overwrite_output_dir the message says already that the flag would not help, and what would.
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("my notes")
+    with pytest.raises(UsageError) as refused:
+        train(tiny_backbone_path, folder, "--train_file", str(data), "--do_train", "--max_steps", "1")
+    message = str(refused.value)
+    assert "holds what no train.py run wrote there (notes.txt)" in message
+    assert "--overwrite_output_dir only replaces a folder an earlier run wrote" in message
+    assert "Choose another output_dir" in message and "Pass --overwrite_output_dir" not in message
+    assert (folder / "notes.txt").read_text() == "my notes" and leftovers(folder) == [folder]
+    elsewhere = tmp_path / "another"  # the advice: another output_dir
+    result = train(tiny_backbone_path, elsewhere, "--train_file", str(data), "--do_train", "--max_steps", "1")
+    assert result.output_dir == elsewhere and (elsewhere / "model.safetensors").is_file()
+
+
 def test_overwrite_replaces_an_earlier_run_but_not_a_file_added_to_it(tmp_path, data, tiny_backbone_path):
     output_dir = tmp_path / "out"
     train(tiny_backbone_path, output_dir, "--train_file", str(data), "--do_train", "--num_train_epochs", "1")

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from demo_data import TEAMS
 from helpers import (
     FAST,
     REPO,
@@ -25,6 +24,7 @@ from transformers import AutoModelForSequenceClassification, TrainerCallback
 from pooled_models import PooledForSequenceClassification
 from pooled_models.thresholds import tune_thresholds
 from pooled_models.train.cli import run
+from pooled_models.train.demo import TEAMS
 from pooled_models.train.errors import UsageError
 from pooled_models.train.evaluation import compute_metrics
 
@@ -414,7 +414,10 @@ def test_output_dir_is_never_clobbered(tiny_backbone_path, tmp_path):
         tiny_backbone_path, output_dir, "--train_file", str(data), "--do_train", "--num_train_epochs", "1"
     )
     old_weights = (first.output_dir / "model.safetensors").read_bytes()
-    with pytest.raises(UsageError, match="already exists"):
+    # The message names the flag that replaces an earlier run's model; it does (below).
+    with pytest.raises(
+        UsageError, match="holds a model an earlier train.py run wrote. Pass --overwrite_output_dir"
+    ):
         train(tiny_backbone_path, output_dir, "--train_file", str(data), "--do_train")
     # With --overwrite_output_dir a failed run still leaves the old folder alone...
     bad = write_rows(tmp_path / "bad.csv", [{"text": "x", "label": "a"}, {"text": "", "label": "b"}])

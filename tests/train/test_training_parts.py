@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 import pytest
-from demo_data import demo_rows
 from helpers import REPO
 
+from pooled_models.train.demo import demo_rows
 from pooled_models.train.evaluation import compute_metrics, probabilities
 from pooled_models.train.optim import head_parameters
 
@@ -103,7 +103,7 @@ def test_the_committed_demo_data_is_what_the_generator_writes():
     for split, rows in demo_rows().items():
         with open(REPO / "data" / "demo" / f"{split}.csv", newline="", encoding="utf-8") as handle:
             assert list(csv.DictReader(handle)) == rows, (
-                "regenerate with: python scripts/demo_data.py data/demo"
+                "regenerate with: python -m pooled_models.train.demo data"
             )
 
 

@@ -1,0 +1,297 @@
+"""What a run prints. Quiet by default: what was read, what was built, one progress bar per phase (train,
+evaluate, predict) with one line per evaluation during training, then the summary (publish.py). The libraries'
+chatter stays out: accelerate's INFO lines, datasets' and transformers' loading and writing bars, Trainer's nested
+evaluation bars and its metrics dumps. ``--log_level info`` (or ``debug``), transformers' own flag, brings all of it
+back as transformers' examples print it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import transformers
+from tqdm.auto import tqdm
+from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+from transformers.trainer_utils import has_length
+
+from ..modeling.modeling_token import PooledForTokenClassification
+
+__all__ = [
+    "VERBOSE_LEVELS",
+    "is_verbose",
+    "set_up_logging",
+    "quiet_libraries",
+    "RunProgress",
+    "install_progress",
+    "shown_metrics",
+    "short_list",
+    "count",
+]
+
+# The --log_level values that bring back the libraries' logs and transformers' own progress bars.
+VERBOSE_LEVELS = ("debug", "info")
+
+# Loggers whose INFO lines are library chatter in a quiet run ("The used dataset had no length, returning gathered
+# tensors. You should drop the remainder yourself." is accelerate's note to Trainer, not to the user).
+CHATTY_LOGGERS = ("accelerate", "datasets")
+
+
+def is_verbose(training_args) -> bool:
+    return str(getattr(training_args, "log_level", "passive")) in VERBOSE_LEVELS
+
+
+class PlainFormatter(logging.Formatter):
+    """Our INFO lines as sentences; warnings and errors with their level, as a command-line tool says them."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = super().format(record)
+        return message if record.levelno == logging.INFO else f"{record.levelname.lower()}: {message}"
+
+
+def set_up_logging(training_args) -> None:
+    """Quiet: pooled_models' own INFO lines (the decisions a run takes for the user) and every library's warnings,
+    as plain lines. Verbose: every library's INFO lines with time and logger, as transformers' examples log."""
+    level = training_args.get_process_log_level()
+    ours = logging.INFO if training_args.should_log else level
+    if is_verbose(training_args):
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.INFO)
+    else:
+        root = logging.getLogger()
+        if not root.handlers:  # an application's (or pytest's) own logging setup is left as it is
+            handler = logging.StreamHandler()
+            handler.setFormatter(PlainFormatter())
+            root.addHandler(handler)
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(max(logging.WARNING, level))
+    logging.getLogger("pooled_models").setLevel(ours)
+    transformers.utils.logging.set_verbosity(level)
+
+
+@contextmanager
+def quiet_libraries(verbose: bool):
+    """Unless ``verbose``: transformers' ("Loading weights", "Writing model shards") and datasets' ("Generating data
+    split", map) progress bars off, and as they were afterwards, for a caller that runs more in the same process."""
+    if verbose:
+        yield
+        return
+    import datasets
+
+    transformers_bars = transformers.utils.logging.is_progress_bar_enabled()
+    datasets_bars = not datasets.utils.are_progress_bars_disabled()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if transformers_bars:
+            transformers.utils.logging.enable_progress_bar()
+        if datasets_bars:
+            datasets.utils.enable_progress_bars()
+
+
+# Metrics that say how long something took, not how good the model is.
+TIMINGS = ("runtime", "per_second", "flos")
+
+
+def shown_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """The evaluation and test scores of ``metrics``, without timings and the epoch."""
+    return {
+        key: value
+        for key, value in metrics.items()
+        if key.startswith(("eval_", "test_"))
+        and not key.endswith(TIMINGS)
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+    }
+
+
+# Left out of the line per evaluation (the summary shows them): a token task's precision and recall (its F1 sums them
+# up) and each task's loss where the run's mean loss is there.
+EPOCH_LINE_LEAVES_OUT = ("_precision", "_recall")
+
+
+def epoch_metrics(logs: dict[str, Any]) -> dict[str, float]:
+    scores = shown_metrics(logs)
+    return {
+        key: value
+        for key, value in scores.items()
+        if not key.endswith(EPOCH_LINE_LEAVES_OUT)
+        and not (key.endswith("_loss") and key != "eval_loss" and "eval_loss" in scores)
+    }
+
+
+def short_list(names: list[str], shown: int = 8) -> str:
+    """``a, b, c`` or, for a long list, its first ``shown`` names and how many there are."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])}, ... ({len(names)} in all)"
+
+
+def count(number: int) -> str:
+    """A parameter count as people say it: 22.7M, 410K, 950."""
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if number >= size:
+            return f"{number / size:.1f}{suffix}"
+    return str(number)
+
+
+class RunProgress(TrainerCallback):
+    """One progress bar per phase in place of transformers' ProgressCallback, whose evaluation bar opens inside the
+    training bar at every evaluation and interleaves with it: training shows one bar (its postfix the last logged
+    loss) and one line per evaluation; a final evaluation or prediction shows one bar of its own, over every task of
+    a multi-task run. ``disable_tqdm`` keeps the lines and drops the bars."""
+
+    def __init__(self):
+        self.bar = None
+        self.phase = "evaluate"
+        self.training = False
+        self.done = 0
+        self.loader = (
+            None  # the evaluation dataloader the bar counts (a multi-task evaluation has one per task)
+        )
+
+    def _open(self, args, description: str, total: int | None, unit: str):
+        return tqdm(
+            total=total, desc=description, unit=unit, dynamic_ncols=True, disable=bool(args.disable_tqdm)
+        )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.bar, self.loader = None, None
+
+    @contextmanager
+    def running(self, phase: str):
+        """A final evaluation or prediction: its batches fill one bar named ``phase``, closed at the end."""
+        self.phase = phase
+        try:
+            yield
+        finally:
+            self.close()
+            self.phase = "evaluate"
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.training, self.done = True, state.global_step
+        if state.is_world_process_zero:
+            self.bar = self._open(args, "train", state.max_steps, "step")
+            self.bar.update(state.global_step)  # a resumed run starts where its checkpoint was
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.done)
+        self.done = state.global_step
+
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        if self.training or not state.is_world_process_zero:
+            return  # evaluations during training are one line each (on_log)
+        batches = len(eval_dataloader) if has_length(eval_dataloader) else None
+        if self.bar is None:
+            self.bar = self._open(args, self.phase, batches, "batch")
+        elif (
+            eval_dataloader is not self.loader
+        ):  # a multi-task run's next task: its batches join the same bar
+            self.bar.total = self.bar.total + batches if self.bar.total is not None and batches else None
+            self.bar.refresh()
+        self.loader = eval_dataloader
+        self.bar.update(1)
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if not self.training:
+            self.close()
+
+    def on_predict(self, args, state, control, **kwargs):
+        self.close()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        if "loss" in logs and self.bar is not None:
+            self.bar.set_postfix(loss=f"{logs['loss']:.4g}", refresh=False)
+        scores = epoch_metrics(logs)
+        if self.training and scores:
+            epoch = f"epoch {state.epoch:g}" if state.epoch is not None else f"step {state.global_step}"
+            line = f"{epoch}: " + ", ".join(f"{key} {value:.4g}" for key, value in sorted(scores.items()))
+            (self.bar.write if self.bar is not None else print)(line)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.close()
+        self.training = False
+
+
+def install_progress(trainer) -> RunProgress | None:
+    """Replace transformers' progress output by a :class:`RunProgress` in a quiet run; None in a verbose one."""
+    if is_verbose(trainer.args):
+        return None
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    progress = RunProgress()
+    trainer.add_callback(progress)
+    return progress
+
+
+def log_metrics(trainer, split: str, metrics: dict[str, float]) -> None:
+    """Trainer's ``***** <split> metrics *****`` dump, in a verbose run only: the summary shows the scores."""
+    if is_verbose(trainer.args):
+        trainer.log_metrics(split, metrics)
+
+
+def say(training_args, lines: list[str]) -> None:
+    """Print ``lines`` on the process that logs (one of several processes)."""
+    if training_args.should_log:
+        for line in lines:
+            print(line, flush=True)
+
+
+def describe_splits(splits: dict[str, Any]) -> str:
+    """``train file data/train.csv: 400 rows; validation file data/validation.csv: 100 rows``, a file under the
+    current folder named relative to it."""
+    here = f"{Path.cwd()}{os.sep}"
+    return "; ".join(
+        f"{split.source.replace(here, '')}: {len(split.dataset)} rows" for split in splits.values()
+    )
+
+
+def describe_labels(labels, token: bool = False) -> str:
+    """``single label classification, 4 labels: a, b, c, d``; a token task's ``7 tags: O, B-DATE, ...``."""
+    names = list(getattr(labels, "names", None) or [])
+    if token:
+        return f"{len(names)} tags: {short_list(names)}"
+    problem = str(labels.problem_type).replace("_", " ")
+    return f"{problem}, {len(names)} labels: {short_list(names)}" if names else problem
+
+
+def describe_head(config) -> str:
+    """``mean pooling, linear head`` for a pooled config; the class of anything else."""
+    pooling = getattr(config, "pooling", None)
+    head = getattr(config, "classifier_head", None)
+    return ", ".join(part for part in (pooling and f"{pooling} pooling", head and f"{head} head") if part)
+
+
+def describe_model(model, base_model: str, parameters: int, token_head_alone: bool = False) -> str:
+    """``PooledForSequenceClassification on <backbone> (bert): mean pooling, linear head; 22.7M parameters, all
+    trained``, and for a multi-task model each task's head. ``token_head_alone``: a one-task model trained for its
+    token head, which the run publishes as a ``PooledForTokenClassification``."""
+    config = model.config
+    backbone = getattr(config, "backbone_config", None)
+    family = f" ({backbone.model_type})" if backbone is not None else ""
+    name = "PooledForTokenClassification" if token_head_alone else type(model).__name__
+    if token_head_alone or isinstance(model, PooledForTokenClassification):
+        built = "token head"
+    elif hasattr(model, "task_configs"):
+        parts = [
+            f"{name}: " + (describe_head(task) if config.kind(name) != "token" else "token head")
+            for name, task in model.task_configs.items()
+        ]
+        built = "; ".join(parts)
+    else:
+        built = describe_head(config)
+    trained = sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
+    share = "all trained" if trained == parameters else f"{count(trained)} trained"
+    built = f": {built}" if built else ""
+    return f"Model: {name} on {base_model}{family}{built}; {count(parameters)} parameters, {share}"

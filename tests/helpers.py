@@ -331,7 +331,7 @@ def leftovers(output_dir: Path) -> list[Path]:
 def bad_run(backbone: str, tmp_path: Path, *flags: str) -> str:
     """Run train.py expecting a DataError; returns its message after checking nothing was written."""
 
-    from pooled_models.train.errors import DataError
+    from pooled_models.errors import DataError
 
     output_dir = tmp_path / "out"
     with pytest.raises(DataError) as error:

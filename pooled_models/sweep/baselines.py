@@ -19,11 +19,11 @@ import numpy as np
 import transformers
 from transformers import AutoModelForSequenceClassification
 
+from ..errors import UsageError
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION
 from ..thresholds import tune_thresholds
 from ..train.cli import needed_splits, parse_arguments
 from ..train.data.sequence import Labels, prepare_splits, text_columns
-from ..train.errors import UsageError
 from ..train.evaluation import BEST_MODEL_METRIC, compute_metrics, plan_thresholds, probabilities
 from ..train.model import resolve_backbone
 

@@ -40,10 +40,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError, program_name
 from ..modeling.registry import POOLINGS
 from ..train.cli import parse_arguments
 from ..train.console import is_verbose, quiet_libraries, set_up_logging
-from ..train.errors import UsageError, program_name
 from ..train.evaluation import BEST_MODEL_METRIC
 from .baselines import logistic_regression_baseline, vanilla_model
 from .records import (

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import yaml
 from transformers import HfArgumentParser, TrainerCallback, TrainingArguments
 
+from ..errors import UsageError, program_name
 from ..modeling.configuration_multitask import SEQUENCE, TASK_KINDS, TOKEN
 from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.problem_types import PROBLEM_TYPES
@@ -36,7 +37,6 @@ from ..thresholds import AVERAGES
 from .console import is_verbose, quiet_libraries, set_up_logging
 from .data import TaskSpec
 from .data.batching import SAMPLING_STRATEGIES
-from .errors import UsageError, program_name
 from .model import (
     CLI_MODEL_DEFAULTS,
     _config_default,

@@ -26,7 +26,7 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = [
     "TEAMS",

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from transformers import EvalPrediction
 
+from ..errors import UsageError
 from ..modeling.configuration_multitask import SEQUENCE, TOKEN
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ..thresholds import DEFAULT_THRESHOLD, sigmoid, tune_thresholds
 from .data.batching import TaskRows
 from .data.sequence import Labels, Split
-from .errors import UsageError
 
 if TYPE_CHECKING:  # an annotation only: evaluation needs no data reader at import
     from .data import TaskData

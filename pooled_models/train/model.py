@@ -20,6 +20,7 @@ from transformers import (
 )
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
+from ..errors import UsageError
 from ..modeling.backbone import position_offset
 from ..modeling.configuration_multitask import SEQUENCE, TOKEN, PooledMultiTaskConfig
 from ..modeling.configuration_pooled import PooledConfig
@@ -39,9 +40,7 @@ from ..modeling.sources import (
 from ..thresholds import positive_weights
 from .data import TaskData, TaskSpec
 from .data.sequence import Labels, Split
-from .errors import UsageError
-from .optim import backbone_of
-from .options import REMOVED_OPTIONS
+from .options import REMOVED_OPTIONS, backbone_of
 
 __all__ = [
     "pooled_config_fields",

@@ -21,7 +21,7 @@ from typing import Any
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = [
     "StagedOutputDir",

@@ -23,6 +23,7 @@ from typing import Any
 
 from transformers import DataCollatorWithPadding, TrainerCallback, set_seed
 
+from ..errors import UsageError
 from ..modeling.configuration_multitask import SEQUENCE, TOKEN
 from ..modeling.configuration_pooled import PooledConfig
 from .console import (
@@ -37,7 +38,6 @@ from .data import TaskData, TaskSpec, prepare_task
 from .data.batching import MultiTaskCollator, MultiTaskRows, TaskRows
 from .data.sequence import Labels, tokenize
 from .data.token import tokenize_words
-from .errors import UsageError
 from .evaluation import (
     BEST_MODEL_METRIC,
     MEAN_SCORE,

@@ -29,12 +29,12 @@ from .evaluation import (
     main_metric,
     task_metrics_function,
 )
-from .optim import (
+from .options import (
+    TRAINING_OPTIONS,
     check_label_embedding_options,
     head_parameters,
     label_embedding_parameters,
 )
-from .options import TRAINING_OPTIONS
 
 __all__ = ["PooledTrainer", "callbacks_for", "check_training_options", "MultiTaskTrainer"]
 

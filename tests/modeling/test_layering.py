@@ -20,7 +20,7 @@ EXPORT = "pooled_models.export"
 LEAVES = {
     "pooled_models.modeling.problem_types",
     "pooled_models.modeling.registry",
-    "pooled_models.train.errors",
+    "pooled_models.errors",
     "pooled_models.thresholds",
 }
 

@@ -6,10 +6,10 @@ import json
 import pytest
 from helpers import FAST, data_flags, multi_label_rows, png_size
 
+from pooled_models.errors import UsageError
 from pooled_models.modeling.pooling import POOLERS, MeanPooler
 from pooled_models.sweep.report import summarise, write_report
 from pooled_models.sweep.runner import RunRecord, Sweep, main, parse_sweep_arguments
-from pooled_models.train.errors import UsageError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -213,7 +213,7 @@ def test_the_vanilla_baseline_gives_its_new_classifier_the_head_learning_rate(
 
     from pooled_models.sweep.baselines import vanilla_model
     from pooled_models.train.data.sequence import Labels
-    from pooled_models.train.optim import head_parameters
+    from pooled_models.train.options import head_parameters
 
     labels = Labels(problem_type="multi_label_classification", names=["a", "b", "c"])
     model_args = SimpleNamespace(model_name_or_path=tiny_backbone_path, model_revision=None, cache_dir=None)

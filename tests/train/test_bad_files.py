@@ -8,8 +8,8 @@ import pytest
 from datasets import List, Value
 from helpers import bad_run, multi_label_rows, topic_rows, train, write_rows
 
+from pooled_models.errors import DataError
 from pooled_models.train.data.sequence import Labels
-from pooled_models.train.errors import DataError
 
 ONE_KIND = (
     "A label column holds one kind of label: class names (text, integers or booleans), lists of class names "

@@ -12,6 +12,7 @@ from helpers import data_flags, entity_rows, leftovers, topic_rows, train, write
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 from pooled_models import PooledForSequenceClassification
+from pooled_models.errors import UsageError
 from pooled_models.train.cli import PooledTrainingArguments
 from pooled_models.train.data.batching import (
     LengthGroupedRowSampler,
@@ -21,7 +22,6 @@ from pooled_models.train.data.batching import (
     restore_input_order,
     token_lengths,
 )
-from pooled_models.train.errors import UsageError
 from pooled_models.train.trainer import PooledTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

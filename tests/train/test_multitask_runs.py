@@ -21,10 +21,10 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForTokenClassification, TrainerCallback, pipeline
 
 from pooled_models import PooledForMultiTask, PooledForTokenClassification
+from pooled_models.errors import UsageError
 from pooled_models.train.cli import HEAD_LEARNING_RATE, run
 from pooled_models.train.data import TaskSpec
 from pooled_models.train.data.batching import MultiTaskCollator, MultiTaskRows
-from pooled_models.train.errors import UsageError
 from pooled_models.train.trainer import MultiTaskTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

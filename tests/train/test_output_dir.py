@@ -17,8 +17,8 @@ from helpers import FAST, REPO, leftovers, topic_rows, train, write_rows
 from safetensors.torch import load_file
 from transformers import BertConfig, BertModel, TrainerCallback
 
+from pooled_models.errors import UsageError
 from pooled_models.train.cli import main, run
-from pooled_models.train.errors import UsageError
 from pooled_models.train.output_dir import RUN_RECORD, StagedOutputDir
 from pooled_models.train.trainer import PooledTrainer
 

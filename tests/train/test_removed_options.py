@@ -13,8 +13,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
 from pooled_models import PooledConfig, PooledForSequenceClassification
+from pooled_models.errors import UsageError
 from pooled_models.train.cli import parse_arguments
-from pooled_models.train.errors import UsageError
 from pooled_models.train.options import REMOVED_OPTIONS
 
 # flag -> a value it took, and a figure its message must quote

@@ -6,9 +6,9 @@ import pytest
 from helpers import entity_rows, write_rows
 from transformers import AutoTokenizer
 
+from pooled_models.errors import DataError
 from pooled_models.train.cli import DataArguments
 from pooled_models.train.data.token import TokenLabels, prepare_token_splits, read_conll, tokenize_words
-from pooled_models.train.errors import DataError
 from pooled_models.train.evaluation import token_metrics, uses_entity_tags
 
 CONLL = """-DOCSTART- -X- -X- O

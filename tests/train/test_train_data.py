@@ -7,8 +7,8 @@ import pytest
 from datasets import ClassLabel, Features, List, Value
 from helpers import bad_run, multi_label_rows, pair_regression_rows, topic_rows, train, write_rows
 
+from pooled_models.errors import DataError
 from pooled_models.train.data.sequence import Labels, detect_problem_type
-from pooled_models.train.errors import DataError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

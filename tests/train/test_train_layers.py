@@ -1,6 +1,6 @@
 """The training room's shape, read from the source: its layers (the command line above the pipeline, the pipeline
 above data, model, trainer, evaluation, publishing and the output folder, those above the shared pieces) with imports
-running one way; its size (at most 20 modules); no function in the package over 80 lines; no chain of module-level
+running one way; its size (at most 18 modules); no function in the package over 80 lines; no chain of module-level
 imports within the room over 8 modules. tests/modeling/test_layering.py holds the rules between rooms."""
 
 import ast
@@ -17,13 +17,14 @@ LAYERS = [
     {"cli", "__main__"},
     {"pipeline"},
     {"data", "model", "trainer", "evaluation", "publish", "output_dir", "console", "demo"},
-    {"optim", "options", "errors", "__init__"},
+    {"options", "__init__"},
 ]
 # The only modules that may import the pipeline or the command line: the entry points and the sweep, which runs
 # train.py's run in its own process.
 ENTRY_POINTS = ("pooled_models.train.cli", "pooled_models.train.__main__", "pooled_models.sweep")
-# 18 after the regrouping, and two jobs since: what a run prints (console.py) and the demo's files (demo.py).
-MAX_MODULES = 20
+# The issue's target. The shared pieces below the steps are options/ (the registered training options and the
+# parameter groups they and the Trainer share); the one UsageError is pooled_models/errors.py, shared with the sweep.
+MAX_MODULES = 18
 MAX_FUNCTION_LINES = 80
 MAX_IMPORT_CHAIN = 8
 
@@ -102,7 +103,7 @@ def test_only_the_entry_points_import_the_pipeline_and_the_command_line():
         assert top <= allowed, f"{name} imports {sorted(top - allowed)}"
 
 
-def test_the_training_room_has_at_most_20_modules():
+def test_the_training_room_has_at_most_18_modules():
     # Every .py file under train/, subpackages' __init__.py included.
     found = [str(path.relative_to(TRAIN)) for path in TRAIN_FILES]
     assert len(found) <= MAX_MODULES, sorted(found)

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification
 
 from pooled_models import PooledForSequenceClassification
-from pooled_models.train.errors import UsageError
+from pooled_models.errors import UsageError
 
 # Every test here starts other processes (a killed run, accelerate launch): slow.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]

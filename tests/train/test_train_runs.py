@@ -22,10 +22,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, TrainerCallback
 
 from pooled_models import PooledForSequenceClassification
+from pooled_models.errors import UsageError
 from pooled_models.thresholds import tune_thresholds
 from pooled_models.train.cli import run
 from pooled_models.train.demo import TEAMS
-from pooled_models.train.errors import UsageError
 from pooled_models.train.evaluation import compute_metrics
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

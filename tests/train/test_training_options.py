@@ -18,10 +18,10 @@ from torch.nn import functional as F
 from transformers import TrainerCallback
 from transformers.trainer_pt_utils import LabelSmoother
 
+from pooled_models.errors import UsageError
 from pooled_models.modeling.losses import classification_loss
 from pooled_models.train.cli import PooledTrainingArguments, _parser, parse_arguments
-from pooled_models.train.errors import UsageError
-from pooled_models.train.optim import head_parameters
+from pooled_models.train.options import head_parameters
 from pooled_models.train.options.layerwise_decay import layerwise_learning_rates
 from pooled_models.train.trainer import PooledTrainer, check_training_options
 

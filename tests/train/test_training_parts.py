@@ -8,7 +8,7 @@ from helpers import REPO
 
 from pooled_models.train.demo import demo_rows
 from pooled_models.train.evaluation import compute_metrics, probabilities
-from pooled_models.train.optim import head_parameters
+from pooled_models.train.options import head_parameters
 
 
 def f1_by_hand(truth, predicted, label):

@@ -8,9 +8,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...errors import DataError, UsageError
 from ...modeling.configuration_multitask import TOKEN
 from ...modeling.configuration_pooled import PooledConfig
-from ..errors import DataError, UsageError
 from .sequence import Labels, Split, prepare_splits
 from .token import TokenLabels, prepare_token_splits
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from datasets import ClassLabel, Dataset, LargeList, List, Value
 
+from ...errors import DataError, where
 from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
-from ..errors import DataError, where
 from .batching import tokenizing_fingerprint
 
 __all__ = [

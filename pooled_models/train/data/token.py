@@ -9,7 +9,7 @@ from typing import Any
 
 from datasets import Dataset, Features, Sequence, Value
 
-from ..errors import DataError, UsageError, where
+from ...errors import DataError, UsageError, where
 from .batching import tokenizing_fingerprint
 from .sequence import Split, _read_file, limit_rows, load_splits
 

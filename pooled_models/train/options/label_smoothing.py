@@ -13,11 +13,11 @@ import logging
 import torch
 from torch import nn
 
+from ...errors import UsageError
 from ...modeling.configuration_multitask import TOKEN
 from ...modeling.losses import classification_loss
 from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ...modeling.targets import IGNORE_INDEX, as_label_tensor
-from ..errors import UsageError
 from . import TrainingOption, register_option, require_number
 
 # The batch key naming its task: PooledForMultiTask.forward's argument (data/batching.TASK_KEY, one layer up).

@@ -8,9 +8,8 @@ import re
 
 from torch import nn
 
-from ..errors import UsageError
-from ..optim import backbone_of
-from . import TrainingOption, register_option, require_number
+from ...errors import UsageError
+from . import TrainingOption, backbone_of, register_option, require_number
 
 __all__ = ["LAYER_NUMBER", "layer_numbers", "embedding_parameters", "layerwise_learning_rates"]
 

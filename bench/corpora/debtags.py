@@ -41,6 +41,9 @@ __all__ = [
     "read_packages",
     "build_debtags",
     "write_debtags",
+    "VOCABULARY",
+    "tag_descriptions",
+    "describe_tags",
 ]
 
 EXCLUDED_FACETS = ("role", "implemented-in", "interface", "uitoolkit", "x11")
@@ -186,6 +189,48 @@ def write_debtags(folder: Path, **build_kwargs) -> dict[str, Path]:
             "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8"
         )
     return paths
+
+
+# Debian's debtags vocabulary: every facet and tag with a short description (and often a longer one), shipped by the
+# debtags package (apt-get install debtags).
+VOCABULARY = Path("/usr/share/debtags/vocabulary")
+
+
+def tag_descriptions(vocabulary: Path = VOCABULARY, install: bool = True) -> dict[str, str]:
+    """``{tag: description}`` from the debtags vocabulary, installing the debtags package first when it is missing and
+    we can; raises :class:`DebtagsMissing` when there is no vocabulary."""
+    if not vocabulary.is_file() and install and vocabulary == VOCABULARY and shutil.which("apt-get"):
+        print(
+            "The debtags vocabulary is missing; installing the debtags package with apt-get (Debian's registry)."
+        )
+        subprocess.run(["apt-get", "install", "-y", "-q", "debtags"], check=False, capture_output=True)
+    if not vocabulary.is_file():
+        raise DebtagsMissing(
+            f"No debtags vocabulary at {vocabulary}. Install Debian's debtags package (apt-get install debtags, as "
+            "root) and run this again."
+        )
+    return describe_tags(vocabulary.read_text(encoding="utf-8", errors="replace"))
+
+
+def describe_tags(text: str) -> dict[str, str]:
+    """``{tag: "Facet: Tag. Long description"}`` from a vocabulary text (RFC 822 stanzas of ``Facet:`` and ``Tag:``),
+    e.g. ``network::client`` -> ``"Networking: Client"``; a continuation line holding only "." is a paragraph break."""
+    facets: dict[str, str] = {}
+    tags: dict[str, str] = {}
+    for stanza in parse_stanzas(text):
+        description = stanza.get("Description")
+        if not description:
+            continue
+        short, *rest = description.split("\n")
+        long = " ".join(line.strip() for line in rest if line.strip() != ".")
+        if "Facet" in stanza:
+            facets[stanza["Facet"]] = short.strip()
+        elif "Tag" in stanza:
+            tags[stanza["Tag"]] = (short.strip() + (f". {long}" if long else "")).strip()
+    return {
+        tag: f"{facets[tag.split('::', 1)[0]]}: {text}" if tag.split("::", 1)[0] in facets else text
+        for tag, text in tags.items()
+    }
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 # that the registries are complete wherever the config is loaded, a trust_remote_code copy included (transformers
 # copies the files a module imports with "from .module import").
 from .heads import HEADS
+from .label_text import LabelTextPooler  # noqa: F401  (registers pooling "label_text")
 from .label_tokens import LABEL_TOKEN_INITS  # also registers pooling "label_tokens"
 from .layer_pooling import LayerPooler  # noqa: F401  (registers the layer strategies)
 from .losses import MULTI_LABEL_LOSSES
@@ -36,7 +37,14 @@ CHOICE_REGISTRIES = {registry.setting: registry for registry in (*CHOICES, LABEL
 # a change of them, so structure() lists them.
 BUILT_WITH = ("classifier_dropout_samples",)
 # Settings with one value per label: they no longer fit when the number of labels changes.
-PER_LABEL = ("label_token_init_ids", "label_tokens_per_pass", "pos_weight", "decision_threshold")
+PER_LABEL = (
+    "label_token_init_ids",
+    "label_tokens_per_pass",
+    "label_text_ids",
+    "label_descriptions",
+    "pos_weight",
+    "decision_threshold",
+)
 # True while from_dict builds a config: validation waits for the load-time keywords.
 _LOADING: contextvars.ContextVar[bool] = contextvars.ContextVar("pooled_config_loading", default=False)
 # The folder PooledConfig.from_pretrained reads, where from_dict finds the checkpoint's tokenizer.
@@ -112,9 +120,9 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
             after `[CLS]`/`<s>`), or -1 for after the text. `from_backbone` sets it from the tokenizer's special
             tokens. Defaults to 1.
         label_tokens_per_pass (`int`, *optional*):
-            `label_tokens` only. How many label tokens go into one pass of the backbone; with more labels, the text
-            is encoded once per group of labels. Defaults to every label while they take at most half of the
-            backbone's positions.
+            `label_tokens` and `label_text`. How many labels go into one pass of the backbone; with more labels, the
+            text is encoded once per group of labels. Defaults to every label while their tokens take at most half of
+            the backbone's positions.
         label_token_layers (`int` or `str`, *optional*):
             `label_tokens` only. How many of the backbone's top layers the label tokens join: `"all"` (they are in
             the input, as above), or an integer k from 1 to the number of layers, so that the text runs alone
@@ -129,6 +137,27 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
             one by one (the backbones `label_token_layers=k` supports; with `"all"` the label tokens join from the
             first layer and the text keeps its own positions) with eager or sdpa attention. Defaults to
             `"two_way"`.
+        label_descriptions (`dict[str, str]`, *optional*):
+            `label_text` only. The text a label is read as, by label name, instead of the name itself (e.g.
+            `{"billing": "questions about invoices and payments"}`); labels not in it are read as their names.
+        label_text_ids (`list[list[int]]`, *optional*):
+            `label_text` only. Each label's text as token ids, with the tokenizer's special tokens (the first slot is
+            the marker's). `from_backbone` reads them with the backbone's tokenizer from the label names (or
+            `label_descriptions`). Without them the model scores only labels given at call time (`label_input_ids`).
+        label_text_scorer (`str`, *optional*):
+            `label_text` only. `"shared"`: one scorer for every label, the scaled cosine similarity of the text's
+            vector and the label's, so that labels given as text at call time (never seen in training) are scored
+            too. `"per_label"`: each label has its own weight vector and bias over its vector (needs
+            `label_text_layers` >= 1). Defaults to `"shared"`.
+        label_text_pooling (`str`, *optional*):
+            `label_text` only. A label's vector: `"mean"` over its segment's final states (marker and text tokens), or
+            its `"marker"` token's final state. Defaults to `"mean"`.
+        label_text_layers (`int` or `str`, *optional*):
+            `label_text` only. In how many of the backbone's top layers the labels also attend to the text: 0 (never:
+            text and labels are two embeddings, compared by the scorer; any backbone), an integer k (the lower layers
+            encode the text alone and each label alone, once per call; the top k layers join them), or `"all"`. The
+            text never attends to the labels, and a label never to another label. k >= 1 runs the backbone's layers
+            one by one (BERT-style, ESM and DistilBERT backbones, sdpa or eager attention). Defaults to 2.
         classifier_head (`str`, *optional*, defaults to `"linear"`):
             `"linear"`: dropout and a linear layer (BERT style). `"dense"`: dense, activation, dropout and an
             output projection (RoBERTa/ESM style).
@@ -220,6 +249,11 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
     label_tokens_per_pass: int | None = None
     label_token_layers: int | str | None = None
     label_token_attention: str | None = None
+    label_descriptions: dict[str, str] | None = None
+    label_text_ids: list[list[int]] | None = None
+    label_text_scorer: str | None = None
+    label_text_pooling: str | None = None
+    label_text_layers: int | str | None = None
     classifier_head: str = "linear"
     classifier_dropout: float | None = None
     classifier_dropout_samples: int = 1

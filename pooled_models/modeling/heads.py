@@ -6,6 +6,8 @@ torch, transformers and its sibling model files.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from transformers import PreTrainedConfig
@@ -23,6 +25,8 @@ __all__ = [
     "HEADS",
     "register_head",
     "LABEL_TOKEN_SCORERS",
+    "LABEL_TEXT_SCORERS",
+    "LabelTextHead",
     "multi_sample_logits",
 ]
 
@@ -137,3 +141,56 @@ class LabelTokenHead(nn.Module):
             hidden = self.dropout(self.activation(self.dense(hidden)))
         # per_label: one weight row per label; shared: the single row broadcasts over the labels.
         return (hidden * self.weight).sum(dim=-1) + self.bias
+
+
+LABEL_TEXT_SCORERS = ("shared", "per_label")
+# The shared scorer's start: logits = 20 * (cos - 0.3). 20 is sentence-transformers' scale for cosine similarities in
+# its ranking loss; 0.3 puts the decision between the similarity of a text to an unrelated label name and to a fitting
+# one, as all-MiniLM-L6-v2 gives them. Both are learned, in those units (a step of the head's learning rate moves them
+# as much at any size).
+SHARED_SCALE = 20.0
+SHARED_OFFSET = 0.3
+
+
+class LabelTextHead(nn.Module):
+    """Scores labels read as text (``pooling="label_text"``): ``[B, 1 + L, H]`` (the text's vector, then each
+    label's) -> ``[B, L]`` logits.
+
+    ``label_text_scorer="shared"``: ``exp(log_scale) * (cos(text, label) - offset)``, two numbers for every label, so
+    it scores any label given as text, one never seen in training included. ``"per_label"``: each label's own weight
+    vector and bias over its vector (as a linear head has), for the labels the model was built with.
+    """
+
+    def __init__(self, config: PreTrainedConfig, input_dim: int):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.shared = config.label_text_scorer == "shared"
+        if self.shared:
+            self.log_scale = nn.Parameter(torch.empty(()))
+            self.offset = nn.Parameter(torch.empty(()))
+        else:
+            self.weight = nn.Parameter(torch.empty(config.num_labels, input_dim))
+            self.bias = nn.Parameter(torch.empty(config.num_labels))
+        self.initializer_range = config.initializer_range
+
+    def init_parameters(self, config: PreTrainedConfig, input_embeddings: nn.Module) -> None:
+        if self.shared:
+            init.constant_(self.log_scale, math.log(SHARED_SCALE))
+            init.constant_(self.offset, SHARED_OFFSET)
+        else:
+            init.normal_(self.weight, std=self.initializer_range)
+            init.zeros_(self.bias)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        text, labels = self.dropout(pooled[:, :1]), self.dropout(pooled[:, 1:])
+        if self.shared:
+            # In float32: half-precision vectors lose the small differences between similar labels.
+            cosine = nn.functional.cosine_similarity(text.float(), labels.float(), dim=-1, eps=1e-6)
+            return (self.log_scale.float().exp() * (cosine - self.offset.float())).to(pooled.dtype)
+        if labels.shape[1] != self.weight.shape[0]:
+            raise ValueError(
+                f"label_text_scorer='per_label' scores the {self.weight.shape[0]} labels the model was built with, "
+                f"not {labels.shape[1]} labels given at call time; a model with label_text_scorer='shared' scores "
+                "any labels."
+            )
+        return (labels * self.weight).sum(dim=-1) + self.bias

@@ -453,8 +453,9 @@ class LabelTokenInput:
         owner = self.__dict__.get("_label_token_model")
         if owner is None:
             return looked_up
-        label_ids = (input_ids - vocabulary).clamp(min=0, max=owner.pooler.num_labels - 1)
-        labels = owner.pooler.label_embeddings(label_ids).to(looked_up.dtype)
+        vectors = owner.pooler.label_embeddings
+        label_ids = (input_ids - vocabulary).clamp(min=0, max=vectors.weight.shape[0] - 1)
+        labels = vectors(label_ids).to(looked_up.dtype)
         return torch.where(is_label.unsqueeze(-1), labels, looked_up)
 
 

@@ -40,8 +40,9 @@ from .backbone import (
 )
 from .configuration_pooled import WATCHED, PooledConfig
 from .encoding import SentenceEncoderMixin
-from .heads import HEADS, LabelTokenHead, multi_sample_logits
+from .heads import HEADS, LabelTextHead, LabelTokenHead, multi_sample_logits
 from .inputs import check_inputs
+from .label_text import LabelMarker
 from .label_tokens import LabelEmbeddings
 from .losses import classification_loss
 from .packing import packing_refusal, run_packed
@@ -60,7 +61,9 @@ logger = logging.get_logger(__name__)
 # The settings that choose a model's modules; the others are settings of the chosen ones.
 CHOSEN = ("pooling", "classifier_head", "num_labels")
 # Modules that initialise their own plain parameters with init_parameters(config, input_embeddings).
-INITIALISED_BY_THEMSELVES = (Pooler, LabelEmbeddings, LabelTokenHead)
+INITIALISED_BY_THEMSELVES = (Pooler, LabelEmbeddings, LabelMarker, LabelTokenHead, LabelTextHead)
+# Keywords of a forward that carry labels given as text at call time (the open label set of pooling="label_text").
+LABEL_TEXT_INPUTS = ("label_input_ids", "label_attention_mask")
 
 __all__ = ["PooledPreTrainedModel", "PooledModel", "PooledForSequenceClassification", "AUTO_MAP"]
 
@@ -277,6 +280,12 @@ class PooledPreTrainedModel(PreTrainedModel):
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
         if output_attentions is not None:
             kwargs["output_attentions"] = output_attentions
+        given = [name for name in LABEL_TEXT_INPUTS if kwargs.get(name) is not None]
+        if given and not getattr(self.pooler, "reads_label_texts", False):
+            raise ValueError(
+                f"{', '.join(given)}: labels given as text at call time are read by pooling='label_text' only; this "
+                f"model's pooling is {self.config.pooling!r}."
+            )
         return {
             "input_ids": input_ids,
             "inputs_embeds": inputs_embeds,
@@ -503,7 +512,7 @@ class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
         outputs, pooled = self.pooler.encode(self._backbone_call(), inputs, output_hidden_states)
         return BaseModelOutputWithPooling(
             last_hidden_state=outputs.last_hidden_state,
-            pooler_output=pooled,
+            pooler_output=self.pooler.public_output(pooled),
             hidden_states=hidden_states_for_caller(outputs.hidden_states, output_hidden_states),
             attentions=getattr(outputs, "attentions", None),
         )
@@ -583,8 +592,15 @@ class PooledForSequenceClassification(SentenceEncoderMixin, PooledPreTrainedMode
         loss = None
         if labels is not None:
             labels = as_label_tensor(labels)
-            problem_type = self.config.problem_type or infer_problem_type(labels, self.num_labels)
-            targets = check_labels(labels, problem_type, self.num_labels, logits.shape[0])
+            # Labels given at call time (pooling="label_text") are the ones the targets refer to.
+            num_labels = logits.shape[-1]
+            if num_labels != self.num_labels and getattr(self.config, "pos_weight", None) is not None:
+                raise ValueError(
+                    f"pos_weight holds one weight per label of the model ({self.num_labels}); the {num_labels} labels "
+                    "given at call time have none: train on them without pos_weight."
+                )
+            problem_type = self.config.problem_type or infer_problem_type(labels, num_labels)
+            targets = check_labels(labels, problem_type, num_labels, logits.shape[0])
             # Set only once the labels passed: a bad first batch must not fix the problem type for good ones.
             if self.config.problem_type != problem_type:
                 self.config.problem_type = problem_type

@@ -33,7 +33,7 @@ __all__ = ["TokenClassifier", "PooledForTokenClassification", "check_token_label
 
 # Poolings that change the backbone's input (label tokens go into every text): a token head must read the text's
 # own tokens, at their own positions.
-INPUT_EDITING_POOLINGS = ("label_tokens",)
+INPUT_EDITING_POOLINGS = ("label_tokens", "label_text")
 
 
 class TokenClassifier(nn.Module):

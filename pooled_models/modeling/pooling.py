@@ -90,6 +90,11 @@ class Pooler(nn.Module, Component):
     def check_backbone(self, backbone: nn.Module, position_budget: int | None) -> None:
         """Raise ``ValueError`` if this pooler cannot work with ``backbone``."""
 
+    def public_output(self, pooled: torch.Tensor) -> torch.Tensor:
+        """What ``PooledModel`` returns as ``pooler_output`` of what :meth:`encode` pooled (the head may read more, as
+        label text's reads the text's vector besides the labels'): all of it by default."""
+        return pooled
+
     def encode(self, encoder, inputs: dict[str, Any], output_hidden_states: bool):
         """Run the backbone through ``encoder.run_backbone(**inputs)`` and pool: ``(backbone outputs, pooled)``."""
         request = hidden_states_request(output_hidden_states, self.hidden_states_read)

@@ -76,3 +76,24 @@ def test_a_few_steps_lower_the_loss(minilm_path, minilm_tokenizer):
         optimizer.zero_grad()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_label_text_apart_starts_as_sentence_transformers_cosine_similarity(minilm_path, minilm_tokenizer):
+    """pooling='label_text' with label_text_layers=0 and the mean of each label's segment: before training, its shared
+    scorer is 20 * (cosine - 0.3) of the embeddings SentenceTransformer gives the text and the label name."""
+    from sentence_transformers import SentenceTransformer
+
+    labels = {0: "animals", 1: "machine learning", 2: "short"}
+    encoder = SentenceTransformer(minilm_path, device="cpu")
+    texts = encoder.encode(TEXTS, convert_to_tensor=True)
+    names = encoder.encode(list(labels.values()), convert_to_tensor=True)
+    expected = 20 * (
+        torch.nn.functional.normalize(texts, dim=-1) @ torch.nn.functional.normalize(names, dim=-1).T - 0.3
+    )
+    model = PooledForSequenceClassification.from_backbone(
+        minilm_path, pooling="label_text", id2label=labels, label_text_layers=0
+    ).eval()
+    assert model.config.label_text_ids[1] == minilm_tokenizer("machine learning")["input_ids"]
+    with torch.no_grad():
+        logits = model(**minilm_tokenizer(TEXTS, padding=True, return_tensors="pt")).logits
+    torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)

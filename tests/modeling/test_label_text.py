@@ -1,0 +1,263 @@
+"""pooling="label_text": every label's text in the input, one-way (the text never reads the labels) and label by label
+(a label never reads another label), scored by one shared scorer or one per label.
+
+The references are the backbone itself (the text's states alone, each label's text alone) and the same model asked in
+other ways (other groupings, other orders, labels given at call time), so every check could fail."""
+
+import pytest
+import torch
+from helpers import assert_padding_and_batching_invariant, random_batch, tiny_backbone_config
+
+from pooled_models import PooledConfig, PooledForSequenceClassification, PooledModel
+from pooled_models.modeling.label_text import pad_label_ids
+from pooled_models.modeling.label_text_layout import (
+    LabelSegments,
+    group_segments,
+    joined_attention,
+    split_joined,
+)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+# Label texts as a BERT tokenizer gives them: [CLS]=1 first (the marker's slot), [SEP]=2 last.
+LABEL_IDS = [[1, 10, 11, 2], [1, 12, 2], [1, 13, 14, 15, 2], [1, 16, 2]]
+
+
+def text_model(family="bert", layers=1, scorer="shared", seed=0, model_class=None, **settings):
+    torch.manual_seed(seed)
+    settings.setdefault("label_text_ids", [list(ids) for ids in LABEL_IDS])
+    config = PooledConfig(
+        backbone_config=tiny_backbone_config(family),
+        pooling="label_text",
+        num_labels=len(LABEL_IDS),
+        label_text_layers=layers,
+        label_text_scorer=scorer,
+        **settings,
+    )
+    return (model_class or PooledForSequenceClassification)(config).eval()
+
+
+def call_labels(rows):
+    ids, mask = pad_label_ids(rows)
+    return {"label_input_ids": ids, "label_attention_mask": mask}
+
+
+# -- the layout's maths, on plain tensors ------------------------------------------------------------------
+
+
+def test_grouping_and_splitting_give_back_every_label_and_the_text():
+    ids, mask = pad_label_ids(LABEL_IDS)
+    segments = LabelSegments(
+        ids, mask, per_pass=3
+    )  # two groups, the second holding one label and two empty ones
+    assert (segments.num_groups, segments.length) == (2, 5)
+    blocks = group_segments(ids, segments)
+    assert blocks.shape == (2, 15) and blocks[1, 5:].eq(0).all()
+    batch, text = 2, 6
+    joined = torch.randn(batch * 2, text + 15, 3)
+    text_states, label_states = split_joined(joined, text, segments, batch)
+    assert torch.equal(text_states[1], joined[2, :text])  # text 1, from its first group
+    assert torch.equal(
+        label_states[1, 3], joined[3, text : text + 5]
+    )  # text 1, label 3: group 1's first segment
+
+
+def test_text_reads_only_text_and_a_label_only_the_text_and_itself():
+    ids, mask = pad_label_ids(LABEL_IDS[:2])  # segments of 4 slots: [1 10 11 2] and [1 12 2 pad]
+    segments = LabelSegments(ids, mask, per_pass=2)
+    text_mask = torch.tensor([[1, 1, 0]])  # two real tokens, one padding
+    allowed = joined_attention(text_mask, segments)[0, 0]  # [3 + 8, 3 + 8]
+    text, first, second = [0, 1], [3, 4, 5, 6], [7, 8, 9]
+    for query in text:
+        assert allowed[query, text].all() and not allowed[query, 2] and not allowed[query, 3:].any()
+    for own, other in ((first, second), (second, first)):
+        for query in own:
+            assert allowed[query, text].all() and allowed[query, own].all()
+            assert not allowed[query, other].any() and not allowed[query, 2] and not allowed[query, 10]
+    assert allowed.diagonal().all()  # padding slots attend to themselves: no empty softmax row
+
+
+# -- what the model computes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["bert", "esm", "distilbert"])
+@pytest.mark.parametrize("layers", [0, 1, "all"])
+def test_the_text_keeps_its_own_states_and_each_label_reads_it(family, layers):
+    model = text_model(family, layers)
+    batch = random_batch([7, 4], seed=2)
+    with torch.no_grad():
+        outputs = model(**batch, output_hidden_states=True)
+        alone = model.backbone(**batch).last_hidden_state
+        real = batch["attention_mask"].bool()
+        torch.testing.assert_close(outputs.hidden_states[-1][real], alone[real], atol=1e-5, rtol=1e-5)
+        labels = model.embed(**batch)[:, 1:]  # each label's vector for each text
+    # The labels read the text from layer 1 on: two texts, two readings of every label; with 0 they never do.
+    assert torch.allclose(labels[0], labels[1]) == (layers == 0)
+
+
+@pytest.mark.parametrize("layers", [0, 2])
+def test_a_label_scores_the_same_whatever_else_is_asked_and_however_labels_are_grouped(layers):
+    model = text_model(layers=layers)
+    batch = random_batch([6, 3, 8], seed=4)
+    with torch.no_grad():
+        together = model(**batch).logits
+        order = [2, 0, 3, 1]
+        shuffled = model(**batch, **call_labels([LABEL_IDS[i] for i in order])).logits
+        torch.testing.assert_close(shuffled, together[:, order], atol=1e-5, rtol=1e-5)
+        alone = torch.cat([model(**batch, **call_labels([ids])).logits for ids in LABEL_IDS], dim=1)
+        torch.testing.assert_close(alone, together, atol=1e-5, rtol=1e-5)
+    one_per_pass = text_model(layers=layers, label_tokens_per_pass=1)
+    one_per_pass.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(one_per_pass(**batch).logits, together, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["bert", "esm"])
+@pytest.mark.parametrize("scorer", ["shared", "per_label"])
+def test_padding_and_batching_invariance(family, scorer):
+    assert_padding_and_batching_invariant(
+        text_model(family, layers=2, scorer=scorer, label_tokens_per_pass=3)
+    )
+
+
+def test_eager_and_sdpa_agree_and_a_text_without_tokens_stays_finite():
+    model = text_model(layers=2, label_tokens_per_pass=3).train()
+    batch = random_batch([7, 5, 3], seed=3)
+    batch["attention_mask"][2] = 0
+    out = model(**batch, labels=torch.tensor([0, 1, 3]))
+    assert torch.isfinite(out.logits).all()
+    out.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert model.classifier.pooler.label_embeddings.weight.grad.abs().sum() > 0  # the marker learns
+    model.eval()
+    with torch.no_grad():
+        sdpa = model(**batch).logits
+        model.set_attn_implementation("eager")
+        torch.testing.assert_close(model(**batch).logits, sdpa, atol=1e-5, rtol=1e-5)
+
+
+def test_the_shared_scorer_is_the_scaled_cosine_and_scores_labels_given_at_call_time():
+    model = text_model(layers=0)
+    batch = random_batch([5, 6], seed=5)
+    with torch.no_grad():
+        pooled = model.classifier.pooler.encode(model._backbone_call(), dict(batch), False)[1]
+        cosine = torch.nn.functional.cosine_similarity(pooled[:, :1], pooled[:, 1:], dim=-1)
+        torch.testing.assert_close(model(**batch).logits, 20 * (cosine - 0.3), atol=1e-4, rtol=1e-5)
+        # New labels, never seen: a vector of scores for them, and the model's own labels score as before.
+        new = call_labels([[1, 40, 41, 2], [1, 50, 2], *LABEL_IDS])
+        logits = model(**batch, **new).logits
+    assert logits.shape == (2, 6)
+    torch.testing.assert_close(logits[:, 2:], model(**batch).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_training_on_labels_given_at_call_time():
+    model = text_model(layers=1).train()
+    batch = random_batch([5, 6], seed=6)
+    new = call_labels([[1, 40, 41, 2], [1, 50, 2]])
+    loss = model(**batch, **new, labels=torch.tensor([1, 0])).loss
+    loss.backward()
+    assert torch.isfinite(loss) and model.classifier.head.log_scale.grad is not None
+    multi = text_model(layers=1, problem_type="multi_label_classification").train()
+    assert torch.isfinite(multi(**batch, **new, labels=torch.tensor([[1.0, 0.0], [1.0, 1.0]])).loss)
+
+
+def test_the_per_label_scorer_refuses_labels_given_at_call_time_and_needs_a_layer():
+    model = text_model(layers=1, scorer="per_label")
+    with pytest.raises(ValueError, match=r"scores the 4 labels the model was built with, not 2 labels"):
+        model(**random_batch([4]), **call_labels(LABEL_IDS[:2]))
+    with pytest.raises(ValueError, match=r"label_text_layers >= 1; with label_text_layers=0 choose"):
+        text_model(layers=0, scorer="per_label")
+
+
+def test_the_encoder_gives_one_vector_per_label():
+    model = text_model(layers=1, model_class=PooledModel)
+    with torch.no_grad():
+        out = model(**random_batch([4, 6]))
+    assert out.pooler_output.shape == (2, len(LABEL_IDS), 32)
+
+
+# -- settings, checks and refusals ------------------------------------------------------------------------
+
+
+def test_bad_settings_name_the_setting_and_the_choices():
+    with pytest.raises(
+        ValueError, match=r"Unknown label_text_scorer 'both'. Valid choices: shared, per_label"
+    ):
+        text_model(scorer="both")
+    with pytest.raises(ValueError, match=r"Unknown label_text_pooling 'first'. Valid choices: mean, marker"):
+        text_model(label_text_pooling="first")
+    with pytest.raises(
+        ValueError, match=r"label_text_layers must be 'all' or an integer in \[0, num_hidden_layers=2"
+    ):
+        text_model(layers=3)
+    with pytest.raises(ValueError, match=r"label_text_ids\[1\] = \[1, 500, 2\] must list .* in \[0, 119\]"):
+        text_model(label_text_ids=[[1, 10, 2], [1, 500, 2], [1, 11, 2], [1, 12, 2]])
+    with pytest.raises(ValueError, match=r"label_descriptions names labels the model does not have: 'bills'"):
+        text_model(label_descriptions={"bills": "about invoices"})
+    with pytest.raises(
+        ValueError, match=r"label_text_layers=3 does not apply|does not apply to pooling='mean'"
+    ):
+        PooledConfig(backbone_config=tiny_backbone_config(), pooling="mean", label_text_layers=3)
+
+
+def test_labels_given_at_call_time_are_checked():
+    model = text_model(layers=0)
+    batch = random_batch([4])
+    with pytest.raises(ValueError, match=r"label_input_ids holds ids outside the vocabulary \[0, 119\]"):
+        model(**batch, **call_labels([[1, 300, 2]]))
+    left = {
+        "label_input_ids": torch.tensor([[0, 1, 10, 2]]),
+        "label_attention_mask": torch.tensor([[0, 1, 1, 1]]),
+    }
+    with pytest.raises(ValueError, match=r"must be right-padded"):
+        model(**batch, **left)
+    with pytest.raises(
+        ValueError,
+        match=r"label_input_ids, label_attention_mask: labels given as text at call time are read by ",
+    ):
+        from helpers import tiny_model
+
+        tiny_model("mean")(**batch, **call_labels(LABEL_IDS))
+
+
+def test_a_model_built_from_its_config_alone_scores_labels_given_at_call_time_only():
+    model = text_model(layers=1, label_text_ids=None)
+    batch = random_batch([4])
+    with pytest.raises(ValueError, match=r"has no label texts \(label_text_ids is unset.*from_backbone\(\)"):
+        model(**batch)
+    with torch.no_grad():
+        assert model(**batch, **call_labels(LABEL_IDS)).logits.shape == (1, 4)
+
+
+def test_a_backbone_whose_layers_it_cannot_run_needs_label_text_layers_0():
+    for family in ("deberta-v2", "modernbert"):
+        config = PooledConfig(
+            backbone_config=tiny_backbone_config(family),
+            pooling="label_text",
+            num_labels=2,
+            label_text_ids=LABEL_IDS[:2],
+            label_text_layers=1,
+        )
+        with pytest.raises(ValueError, match=r"Valid choice for this backbone: label_text_layers=0"):
+            PooledForSequenceClassification(config)
+        config.label_text_layers = 0
+        model = PooledForSequenceClassification(config).eval()
+        with torch.no_grad():
+            assert torch.isfinite(model(**random_batch([5, 3])).logits).all()
+
+
+def test_save_reload_overrides_and_an_edit_of_a_built_model(tmp_path):
+    model = text_model(layers=2, label_descriptions={"LABEL_1": "the second label"})
+    batch = random_batch([5, 8])
+    model.save_pretrained(tmp_path)
+    loaded = PooledForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert loaded.config.label_text_ids == LABEL_IDS and loaded.config.label_descriptions == {
+        "LABEL_1": "the second label"
+    }
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits)
+    apart = PooledForSequenceClassification.from_pretrained(tmp_path, label_text_layers=0).eval()
+    assert apart.classifier.pooler.top_layers == 0
+    apart.config.label_text_pooling = "marker"
+    with pytest.raises(ValueError, match=r"label_text_pooling='marker' \(built with 'mean'\)"):
+        apart(**batch)

@@ -120,6 +120,7 @@ V03 = (
     "0.1",
 )
 V03_MULTI_LABEL = ("--multi_label_loss", "asymmetric", "--tune_thresholds", "auto")
+LABEL_TEXT = ("--pooling", "label_text")
 
 ARMS: dict[str, Arm] = {
     "defaults": Arm("train.py", TRAINED, (), "train.py's defaults at the commit that ran"),
@@ -135,6 +136,28 @@ ARMS: dict[str, Arm] = {
         "setfit", TRAINED, (), "SetFit 1.2, num_iterations=20", options=(("num_iterations", 20),)
     ),
     "cosine": Arm("cosine", ("zeroshot",), (), "cosine similarity of text and label name embeddings"),
+    # Label text (pooling="label_text"): the model's defaults (shared scorer, mean of each label's segment, the labels
+    # reading the text in the top 2 layers), then one change each.
+    "label_text": Arm("train.py", TRAINED, LABEL_TEXT, "label text, the model's defaults"),
+    "label_text_per_label": Arm(
+        "train.py", TRAINED, (*LABEL_TEXT, "--label_text_scorer", "per_label"), "per-label scorer"
+    ),
+    "label_text_apart": Arm(
+        "train.py", TRAINED, (*LABEL_TEXT, "--label_text_layers", "0"), "labels never read the text"
+    ),
+    "label_text_descriptions": Arm(
+        "train.py", TRAINED, LABEL_TEXT, "labels read as their descriptions", needs=("descriptions",)
+    ),
+    # Zero-shot: trained on the seen half, scored on the unseen half through pipeline("zero-shot-classification").
+    "label_text_zero": Arm(
+        "zero-shot train.py", ("zeroshot",), LABEL_TEXT, "label text, the model's defaults"
+    ),
+    "label_text_apart_zero": Arm(
+        "zero-shot train.py",
+        ("zeroshot",),
+        (*LABEL_TEXT, "--label_text_layers", "0"),
+        "labels never read the text",
+    ),
 }
 
 
@@ -359,10 +382,11 @@ def train_py_command(task: Task, arm: Arm, folder: Path, output_dir: Path) -> li
         command += ["--do_eval", "--validation_file", str(files["validation"])]
     if "test" in files:
         command += ["--do_predict", "--test_file", str(files["test"])]
-    if "descriptions" in arm.needs:
-        descriptions = folder / "label_descriptions.json"
-        descriptions.write_text(json.dumps(task.dataset.descriptions, indent=1), encoding="utf-8")
-        command += ["--label_descriptions", str(descriptions)]
+    if "descriptions" in arm.needs:  # the seen labels' descriptions, as a JSON mapping
+        seen = {
+            name: task.dataset.descriptions[name] for name in task.seen if name in task.dataset.descriptions
+        }
+        command += ["--label_descriptions", json.dumps(seen, ensure_ascii=False)]
     return command + list(arm.flags) + (list(arm.multi_label_flags) if multi else [])
 
 
@@ -503,9 +527,12 @@ def commit() -> str:
     return git("rev-parse", "--short", "HEAD") + ("+changes" if dirty else "")
 
 
-def run_one(task: Task, arm_name: str, scratch: Path) -> dict[str, Any]:
-    """One run, as its file records it; an error is recorded, not raised, so that the other runs go on."""
+def run_one(task: Task, arm_name: str, scratch: Path, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One run, as its file records it; an error is recorded, not raised, so that the other runs go on. ``extra``:
+    train.py flags added to the arm's (an exploration's; the run is stored under the arm's name and a tag)."""
     arm = ARMS[arm_name]
+    if extra:
+        arm = dataclasses.replace(arm, flags=(*arm.flags, *extra))
     record: dict[str, Any] = {
         "dataset": task.dataset.name,
         "setting": task.setting,
@@ -667,6 +694,12 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the corpora's subsample and split")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--rerun", action="store_true", help="run again the runs already stored")
+    parser.add_argument(
+        "--extra",
+        default="",
+        help="train.py flags added to every train.py arm, e.g. '--num_train_epochs 8' (an exploration: needs --tag)",
+    )
+    parser.add_argument("--tag", default="", help="stored as <arm>+<tag>: the runs of --extra")
     parser.add_argument("--report", action="store_true", help="only rewrite the report from the stored runs")
     parser.add_argument(
         "--shrink",
@@ -678,6 +711,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     args.datasets = _choices(parser, "--datasets", args.datasets, DATASETS)
     args.settings = _choices(parser, "--settings", args.settings, SETTINGS)
     args.arms = list(ARMS) if args.arms == "all" else _choices(parser, "--arms", args.arms, tuple(ARMS))
+    if bool(args.extra) != bool(args.tag):
+        parser.error("--extra and --tag go together: the runs with extra flags are stored as <arm>+<tag>")
+    args.extra = tuple(shlex.split(args.extra))
     if not 0 < args.shrink <= 1:
         parser.error(f"--shrink must be in (0, 1], got {args.shrink}")
     return args
@@ -711,12 +747,14 @@ def main(argv: list[str] | None = None) -> int:
     ]
     with tempfile.TemporaryDirectory() as scratch:
         for number, (dataset, setting, arm, seed) in enumerate(plan, 1):
-            path = run_path(args.results_dir, dataset, setting, arm, seed)
+            name = f"{arm}+{args.tag}" if args.tag else arm
+            path = run_path(args.results_dir, dataset, setting, name, seed)
             if path.exists() and not args.rerun:
                 continue
-            print(f"[labels {number}/{len(plan)}] {dataset} {setting} {arm} seed {seed} ...", flush=True)
+            print(f"[labels {number}/{len(plan)}] {dataset} {setting} {name} seed {seed} ...", flush=True)
             task = make_task(datasets[dataset], setting, seed, args.shrink)
-            record = run_one(task, arm, Path(scratch))
+            record = run_one(task, arm, Path(scratch), args.extra)
+            record["arm"] = name
             record["shrink"] = args.shrink
             store(path, record)
             outcome = record.get("error") or ", ".join(f"{k} {v:.4f}" for k, v in record["scores"].items())

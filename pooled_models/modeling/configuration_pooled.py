@@ -27,6 +27,7 @@ from .pooling import POOLINGS
 from .problem_types import MULTI_LABEL
 from .registry import Registry
 from .text_config import TextConfigSizes
+from .zero_shot_pipeline import register_zero_shot_pipeline
 
 __all__ = ["PooledConfig", "CHOICES"]
 
@@ -157,7 +158,8 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
             text and labels are two embeddings, compared by the scorer; any backbone), an integer k (the lower layers
             encode the text alone and each label alone, once per call; the top k layers join them), or `"all"`. The
             text never attends to the labels, and a label never to another label. k >= 1 runs the backbone's layers
-            one by one (BERT-style, ESM and DistilBERT backbones, sdpa or eager attention). Defaults to 2.
+            one by one (BERT-style, ESM and DistilBERT backbones, sdpa or eager attention). Defaults to 0 (every
+            backbone with a token embedding table runs it).
         classifier_head (`str`, *optional*, defaults to `"linear"`):
             `"linear"`: dropout and a linear layer (BERT style). `"dense"`: dense, activation, dropout and an
             output projection (RoBERTa/ESM style).
@@ -574,3 +576,6 @@ def _clean_backbone_config(backbone_config: Any) -> PreTrainedConfig | None:
 
 
 PooledConfig.register_for_auto_class()
+# pipeline("zero-shot-classification") for label-text classifiers (transformers' own for every other model); here, so
+# that a trust_remote_code load registers it too, when AutoConfig imports this module's copy.
+register_zero_shot_pipeline()

@@ -30,6 +30,7 @@ from torch import nn
 from transformers import PreTrainedConfig
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils import logging
 
 from .backbone import position_ids_from_mask, position_offset
 from .heads import LABEL_TEXT_SCORERS, LabelTextHead
@@ -55,6 +56,8 @@ __all__ = [
     "label_text_token_ids",
     "pad_label_ids",
 ]
+
+logger = logging.get_logger(__name__)
 
 # label_text_pooling: which states give a label's vector.
 LABEL_TEXT_POOLINGS = ("mean", "marker")
@@ -164,7 +167,7 @@ class LabelTextPooler(Pooler):
         "label_text_ids": None,  # read from the tokenizer by from_backbone, or given
         "label_text_scorer": "shared",
         "label_text_pooling": "mean",
-        "label_text_layers": 2,
+        "label_text_layers": 0,
         "label_tokens_per_pass": _default_per_pass,
     }
     head_class = LabelTextHead
@@ -228,9 +231,16 @@ class LabelTextPooler(Pooler):
         self.per_pass = config.label_tokens_per_pass
         layers = config.label_text_layers
         self.top_layers = _num_layers(config) if layers == ALL_LAYERS else layers
-        # The labels' own texts (the closed label set), as config.json holds them. Plain lists made into tensors at each
-        # call, on the backbone's device: buffers not in the checkpoint are left unset by from_pretrained.
-        self.label_rows = [list(ids) for ids in config.label_text_ids or []]
+        # The labels' own texts (the closed label set), as config.json holds them: padded lists made into tensors at each
+        # call (constants to a compiled or exported graph), on the inputs' device. Not buffers: from_pretrained leaves
+        # buffers that are not in the checkpoint unset. Built from a config alone (no texts): every label is its marker
+        # alone, as untrained label tokens would be.
+        rows = [list(ids) for ids in config.label_text_ids or []]
+        self.has_label_texts = bool(rows)
+        width = max((len(row) for row in rows), default=1)
+        rows = rows or [[0]] * self.num_labels
+        self.label_rows = [row + [0] * (width - len(row)) for row in rows]
+        self.label_row_mask = [[1] * len(row) + [0] * (width - len(row)) for row in rows]
 
     def check_backbone(self, backbone: nn.Module, position_budget: int | None) -> None:
         embeddings = _word_embeddings(backbone)
@@ -256,7 +266,10 @@ class LabelTextPooler(Pooler):
     def encode(self, encoder, inputs: dict[str, Any], output_hidden_states: bool):
         inputs = dict(inputs)
         segments = self._segments(
-            encoder, inputs.pop("label_input_ids", None), inputs.pop("label_attention_mask", None)
+            encoder,
+            inputs.pop("label_input_ids", None),
+            inputs.pop("label_attention_mask", None),
+            inputs["attention_mask"],
         )
         if inputs.get("position_ids") is not None:
             raise ValueError("pooling='label_text' derives position ids itself; do not pass position_ids.")
@@ -270,24 +283,29 @@ class LabelTextPooler(Pooler):
             label_vectors = label_vectors.unsqueeze(0).expand(text.shape[0], -1, -1)
         return outputs, torch.cat([text_vector.unsqueeze(1), label_vectors], dim=1)
 
-    def _segments(self, encoder, label_ids, label_mask) -> LabelSegments:
+    def _segments(self, encoder, label_ids, label_mask, reference: torch.Tensor) -> LabelSegments:
         """The label segments of this call: those given (the open label set) or the model's own, with the marker id
         (one past the vocabulary) in every first slot."""
-        embeddings = _word_embeddings(encoder.backbone)
-        vocabulary, device = embeddings.num_embeddings, embeddings.weight.device
+        # The inputs' device: under offloading the weights wait on the meta device until their module runs.
+        vocabulary, device = _word_embeddings(encoder.backbone).num_embeddings, reference.device
         if label_ids is None:
             if label_mask is not None:
                 raise ValueError("label_attention_mask was given without label_input_ids.")
-            if not self.label_rows:
-                raise ValueError(
+            if not self.has_label_texts:
+                logger.warning_once(
                     "pooling='label_text' has no label texts (label_text_ids is unset: the model was built from its "
-                    "config alone). Build it with from_backbone(), which reads them with the backbone's tokenizer, "
-                    "set label_text_ids, or pass label_input_ids."
+                    "config alone), so its labels cannot be told apart by their words. Build it with from_backbone(), "
+                    "which reads them with the backbone's tokenizer, set label_text_ids, or pass label_input_ids."
                 )
-            label_ids, label_mask = pad_label_ids(self.label_rows, device=device)
+            label_ids = torch.tensor(self.label_rows, dtype=torch.long, device=device)
+            label_mask = torch.tensor(self.label_row_mask, dtype=torch.long, device=device)
         else:
             label_ids = torch.as_tensor(label_ids, device=device)
-            label_mask = torch.ones_like(label_ids) if label_mask is None else torch.as_tensor(label_mask)
+            label_mask = (
+                torch.ones_like(label_ids)
+                if label_mask is None
+                else torch.as_tensor(label_mask, device=device)
+            )
             _check_call_labels(label_ids, label_mask.to(label_ids.device), vocabulary)
             label_mask = label_mask.to(label_ids.device)
         first = torch.arange(label_ids.shape[1], device=label_ids.device) == 0

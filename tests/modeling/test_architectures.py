@@ -138,11 +138,11 @@ BUILT_IN_FAILS = {
 EVERY = "every"
 REFUSED = {
     "canine": (
-        ("label_tokens",),
+        ("label_tokens", "label_text"),
         r"CanineModel has no input embedding table.*works with this backbone: .*mean",
     ),
     "ibert": (
-        ("label_tokens",),
+        ("label_tokens", "label_text"),
         r"IBertModel embeds ids with QuantEmbedding.*works with this backbone: .*mean",
     ),
     "perceiver": (
@@ -162,7 +162,13 @@ STATES_MOVE_WITH_PADDING = {
 # too): 8 * 8 here.
 TRAINING_LENGTHS = {"reformer": (64, 64)}
 
-POOLINGS_SORTED = sorted(POOLINGS)
+# The third pooling of each type, in turn. Label text (every label's words in the input) runs on a sample of its own
+# instead (LABEL_TEXT_SAMPLE), so that adding it left the turns of the others as they were.
+POOLINGS_SORTED = sorted(name for name in POOLINGS if name != "label_text")
+# Label text on BERT, DeBERTa-v2's relative positions, ModernBERT's rotary and local attention, a decoder with a nested
+# text config (Gemma 3), a seq2seq model's encoder (BART), narrower token embeddings (RemBERT), no position limit
+# (XLNet), and a decoder (GPT-2): with its default label_text_layers=0, from the config alone.
+LABEL_TEXT_SAMPLE = ("bert", "deberta-v2", "modernbert", "gemma3", "bart", "rembert", "xlnet", "gpt2")
 
 
 def _field_names(config_class) -> set[str]:
@@ -276,7 +282,8 @@ def test_every_sequence_classification_type(model_type, tmp_path):
     built_in_drift = _padding_drift(built_in)
     # mean and label tokens on every type, and one more pooling in turn, so that every pooling runs on some types.
     extra = POOLINGS_SORTED[SEQUENCE_TYPES.index(model_type) % len(POOLINGS_SORTED)]
-    for pooling in dict.fromkeys(("mean", "label_tokens", extra)):
+    label_text = ("label_text",) if model_type in LABEL_TEXT_SAMPLE else ()
+    for pooling in dict.fromkeys(("mean", "label_tokens", extra, *label_text)):
         refusal = _refused(model_type, pooling)
         if refusal:
             with pytest.raises(ValueError, match=refusal):  # by the config or, at the latest, the model
@@ -301,7 +308,7 @@ def test_every_sequence_classification_type(model_type, tmp_path):
         without = [name for name, p in model.classifier.named_parameters() if p.grad is None]
         assert not without, f"{pooling}: no gradient for {without}"
         model.eval()
-        if pooling == "label_tokens" or model_type in REMOTE_SAMPLE:
+        if pooling in ("label_tokens", "label_text") or model_type in REMOTE_SAMPLE:
             model.save_pretrained(tmp_path / pooling)
             reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / pooling).eval()
             assert type(reloaded) is PooledForSequenceClassification
@@ -377,7 +384,7 @@ def test_remote_code_reload_of_a_sample_of_types(tmp_path):
 
 
 def test_every_registered_pooling_runs_on_some_type():
-    covered = {"mean", "label_tokens"} | {
+    covered = {"mean", "label_tokens", "label_text"} | {
         POOLINGS_SORTED[index % len(POOLINGS_SORTED)] for index in range(len(SEQUENCE_TYPES))
     }
     assert covered == set(POOLINGS)

@@ -13,12 +13,18 @@ from helpers import ENTITY_LABELS, HIDDEN_STATE_POOLERS, random_batch, tiny_mode
 from pooled_models import POOLERS, PooledForTokenClassification, PooledModel, export_onnx
 from pooled_models.modeling.layer_pooling import LayerPooler
 
-FAST = ("mean", "label_tokens")
+FAST = ("mean", "label_tokens", "label_text")
+# Three labels' texts as a BERT tokenizer gives them ([CLS] words [SEP]), of different lengths.
+LABEL_TEXT_IDS = [[1, 10, 2], [1, 11, 12, 2], [1, 13, 14, 15, 2]]
+SETTINGS = {
+    "label_tokens": {"label_token_init": "random"},
+    # The labels read the text in the top layer (runs the layers one by one, with its edited mask).
+    "label_text": {"label_text_ids": LABEL_TEXT_IDS, "label_text_layers": 1},
+}
 
 
 def model_for(pooling: str, model_class=None):
-    settings = {"label_token_init": "random"} if pooling == "label_tokens" else {}
-    return tiny_model(pooling, model_class=model_class, **settings)
+    return tiny_model(pooling, model_class=model_class, **SETTINGS.get(pooling, {}))
 
 
 def every_pooling(fast=FAST):
@@ -127,8 +133,7 @@ def test_every_pooling_exports_to_onnx_in_one_multitask_model(tmp_path):
     import onnx
 
     tasks = {
-        f"by_{name}": {"kind": "sequence", "pooling": name, "num_labels": 3}
-        | ({"label_token_init": "random"} if name == "label_tokens" else {})
+        f"by_{name}": {"kind": "sequence", "pooling": name, "num_labels": 3} | SETTINGS.get(name, {})
         for name in sorted(POOLERS)
     }
     tasks["entities"] = {"kind": "token", "id2label": ENTITY_LABELS}
@@ -140,6 +145,14 @@ def test_every_pooling_exports_to_onnx_in_one_multitask_model(tmp_path):
         **tasks["by_label_tokens"],
         "label_token_layers": 1,
         "label_token_attention": "one_way",
+    }
+    # Label text read apart from the text (label_text_layers=0: text and labels each through the backbone's own
+    # forward), and scored per label with one label per pass (three joined rows per text).
+    tasks["by_label_text_apart"] = {**tasks["by_label_text"], "label_text_layers": 0}
+    tasks["by_label_text_per_label"] = {
+        **tasks["by_label_text"],
+        "label_text_scorer": "per_label",
+        "label_tokens_per_pass": 1,
     }
     # Multi-sample dropout exports as the single evaluation pass (classifier_dropout_samples only acts in training).
     tasks["by_mean"] |= {"classifier_dropout": 0.1, "classifier_dropout_samples": 3}
@@ -181,7 +194,7 @@ def test_an_export_that_does_not_match_is_refused(tmp_path, monkeypatch):
         )
 
 
-@pytest.mark.parametrize("pooling", ["label_tokens", "attention", "lstm"])
+@pytest.mark.parametrize("pooling", ["label_tokens", "label_text", "attention", "lstm"])
 def test_disk_offload_runs_every_pooling_with_parameters(pooling):
     from accelerate import disk_offload
 
@@ -197,7 +210,7 @@ def test_disk_offload_runs_every_pooling_with_parameters(pooling):
 
 
 def test_every_pooler_is_covered():
-    assert set(HIDDEN_STATE_POOLERS) | {"label_tokens"} == set(POOLERS)
+    assert set(HIDDEN_STATE_POOLERS) | {"label_tokens", "label_text"} == set(POOLERS)
 
 
 @pytest.mark.slow

@@ -83,6 +83,7 @@ def test_text_reads_only_text_and_a_label_only_the_text_and_itself():
 @pytest.mark.parametrize("family", ["bert", "esm", "distilbert"])
 @pytest.mark.parametrize("layers", [0, 1, "all"])
 def test_the_text_keeps_its_own_states_and_each_label_reads_it(family, layers):
+    # (label_text_layers=0 is the default: it runs on every backbone; the others run the layers one by one)
     model = text_model(family, layers)
     batch = random_batch([7, 4], seed=2)
     with torch.no_grad():
@@ -220,13 +221,14 @@ def test_labels_given_at_call_time_are_checked():
         tiny_model("mean")(**batch, **call_labels(LABEL_IDS))
 
 
-def test_a_model_built_from_its_config_alone_scores_labels_given_at_call_time_only():
+def test_a_model_built_from_its_config_alone_runs_and_reads_labels_given_at_call_time():
     model = text_model(layers=1, label_text_ids=None)
-    batch = random_batch([4])
-    with pytest.raises(ValueError, match=r"has no label texts \(label_text_ids is unset.*from_backbone\(\)"):
-        model(**batch)
+    batch = random_batch([4, 6])
     with torch.no_grad():
-        assert model(**batch, **call_labels(LABEL_IDS)).logits.shape == (1, 4)
+        logits = model(**batch).logits  # every label is its marker alone: the same score for every label
+        torch.testing.assert_close(logits, logits[:, :1].expand_as(logits))
+        given = model(**batch, **call_labels(LABEL_IDS)).logits
+    assert given.shape == (2, 4) and not torch.allclose(given, given[:, :1].expand_as(given))
 
 
 def test_a_backbone_whose_layers_it_cannot_run_needs_label_text_layers_0():

@@ -88,8 +88,9 @@ REFERENCES = {
 
 def test_every_pooler_has_a_reference():
     assert set(REFERENCES) == set(HIDDEN_STATE_POOLERS)
-    # The one pooling that edits the input is tested in test_label_tokens.py; a new one needs tests of its own.
-    assert set(POOLERS) - set(HIDDEN_STATE_POOLERS) == {"label_tokens"}
+    # The poolings that edit the input are tested in test_label_tokens.py and test_label_text.py; a new one needs tests
+    # of its own.
+    assert set(POOLERS) - set(HIDDEN_STATE_POOLERS) == {"label_tokens", "label_text"}
 
 
 @pytest.mark.parametrize("name", HIDDEN_STATE_POOLERS)

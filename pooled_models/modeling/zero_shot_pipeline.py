@@ -1,0 +1,149 @@
+"""``pipeline("zero-shot-classification", model=folder)`` for models that read their labels as text.
+
+transformers' own zero-shot pipeline poses every (text, label) pair to an NLI model and reads its "entailment" logit:
+one forward pass per label and text, with the label inside a hypothesis. A ``pooling="label_text"`` classifier reads
+a text and a set of labels in one pass, so the NLI pipeline cannot use it. This module registers, for the task
+``"zero-shot-classification"``, a subclass of transformers' pipeline that keeps transformers' behaviour for every other
+model and, for a label-text classifier:
+
+* takes transformers' arguments: ``candidate_labels`` (a list, or one comma-separated string), ``multi_label``
+  (False: the scores are a softmax over the candidates; True: each label's own sigmoid), ``hypothesis_template``
+  (default ``"{}"``: the label text as the model was trained on it; transformers' NLI default would add words the
+  model never read);
+* tokenises the candidate labels once per call, whatever the number of texts and ``batch_size``;
+* scores any labels with ``label_text_scorer="shared"``, and a model's own labels (a subset of ``id2label``) with
+  ``"per_label"``; other labels are refused by name;
+* returns what transformers' returns: ``{"sequence", "labels", "scores"}``, labels sorted by score.
+
+It is registered when this module is imported, which ``import pooled_models`` does and so does loading a pooled
+checkpoint with ``trust_remote_code=True``: ``AutoConfig`` imports the checkpoint's copy of the config module (which
+imports this one) before ``pipeline()`` picks the task's class.
+
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
+torch, transformers and its sibling model files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.pipelines import PIPELINE_REGISTRY
+from transformers.pipelines.zero_shot_classification import ZeroShotClassificationPipeline
+from transformers.utils import logging
+
+from .label_text import label_text_token_ids, pad_label_ids
+
+__all__ = ["LabelTextZeroShotPipeline", "register_zero_shot_pipeline", "reads_label_texts"]
+
+TASK = "zero-shot-classification"
+# The label texts as the model read them in training; transformers' NLI default is "This example is {}."
+DEFAULT_TEMPLATE = "{}"
+
+
+def reads_label_texts(model) -> bool:
+    """Whether ``model`` is a sequence classifier that reads its labels as text (``pooling="label_text"``)."""
+    config = getattr(model, "config", None)
+    return getattr(config, "pooling", None) == "label_text" and hasattr(model, "classifier")
+
+
+class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):
+    """transformers' zero-shot pipeline, and the label-text route described in this module's docstring."""
+
+    @property
+    def entailment_id(self):
+        if reads_label_texts(self.model):
+            return 0  # not read: the model scores the labels themselves (set so that no warning is logged)
+        return super().entailment_id
+
+    def _sanitize_parameters(self, **kwargs):
+        if not reads_label_texts(self.model):
+            return super()._sanitize_parameters(**kwargs)
+        labels = self._args_parser._parse_labels(kwargs.get("candidate_labels", []))
+        forward = {}
+        if "candidate_labels" in kwargs:
+            if not labels:
+                raise ValueError("You must include at least one label and at least one sequence.")
+            forward = self._label_inputs(labels, kwargs.get("hypothesis_template", DEFAULT_TEMPLATE))
+        preprocess = {"candidate_labels": labels} if "candidate_labels" in kwargs else {}
+        postprocess = {"multi_label": kwargs["multi_label"]} if "multi_label" in kwargs else {}
+        return preprocess, forward, postprocess
+
+    def _label_inputs(self, labels: list[str], template: str) -> dict[str, Any]:
+        """The candidate labels as the model reads them, tokenised once for the whole call."""
+        if template.format(labels[0]) == template:
+            raise ValueError(
+                f'The provided hypothesis_template "{template}" was not able to be formatted with the target labels. '
+                "Make sure the passed template includes formatting syntax such as {} where the label should go."
+            )
+        texts = [template.format(label) for label in labels]
+        config = self.model.config
+        own = {str(name): int(index) for index, name in config.id2label.items()}
+        if config.label_text_scorer != "shared":
+            unknown = [label for label in texts if label not in own]
+            if unknown:
+                raise ValueError(
+                    f"This model scores its own labels only (label_text_scorer={config.label_text_scorer!r}): "
+                    f"{', '.join(map(repr, unknown))} is not one of them ({', '.join(own)}). A model trained with "
+                    "label_text_scorer='shared' scores any labels."
+                )
+            return {"columns": [own[label] for label in texts]}
+        ids, mask = pad_label_ids(label_text_token_ids(texts, self.tokenizer), device=self.device)
+        return {"label_input_ids": ids, "label_attention_mask": mask}
+
+    def preprocess(self, inputs, candidate_labels=None, hypothesis_template=DEFAULT_TEMPLATE):
+        if not reads_label_texts(self.model):
+            yield from super().preprocess(inputs, candidate_labels, hypothesis_template)
+            return
+        if not candidate_labels:
+            raise ValueError("You must include at least one label and at least one sequence.")
+        text = inputs[0] if isinstance(inputs, list) and len(inputs) == 1 else inputs
+        encoded = self.tokenizer(text, return_tensors="pt", truncation=True)
+        yield {"candidate_labels": list(candidate_labels), "sequence": text, "is_last": True, **encoded}
+
+    def _forward(self, inputs, label_input_ids=None, label_attention_mask=None, columns=None):
+        if not reads_label_texts(self.model):
+            return super()._forward(inputs)
+        model_inputs = {name: inputs[name] for name in self.tokenizer.model_input_names if name in inputs}
+        if columns is None:
+            model_inputs.update(label_input_ids=label_input_ids, label_attention_mask=label_attention_mask)
+        logits = self.model(**model_inputs).logits
+        if columns is not None:
+            logits = logits[:, torch.tensor(columns, device=logits.device)]
+        # The other entries as they came (lists when the pipeline batched several texts), so that it can unbatch them.
+        return {**{key: inputs[key] for key in ("candidate_labels", "sequence", "is_last")}, "logits": logits}
+
+    def postprocess(self, model_outputs, multi_label=False):
+        if not reads_label_texts(self.model):
+            return super().postprocess(model_outputs, multi_label)
+        (output,) = model_outputs
+        labels = output["candidate_labels"]
+        logits = output["logits"].float().reshape(-1)
+        scores = logits.sigmoid() if multi_label or len(labels) == 1 else logits.softmax(dim=-1)
+        order = scores.argsort(descending=True).tolist()
+        return {
+            "sequence": output["sequence"],
+            "labels": [labels[i] for i in order],
+            "scores": scores[order].tolist(),
+        }
+
+
+def register_zero_shot_pipeline() -> None:
+    """Make :class:`LabelTextZeroShotPipeline` the class of ``pipeline("zero-shot-classification")``, with the task's
+    default model and model classes kept (transformers' behaviour for every model but a label-text classifier)."""
+    task = PIPELINE_REGISTRY.supported_tasks[TASK]
+    if isinstance(task["impl"], type) and task["impl"].__name__ == LabelTextZeroShotPipeline.__name__:
+        return  # registered already (by the package, or by a checkpoint's copy of this module)
+    base_logger = logging.get_logger("transformers.pipelines.base")
+    level = base_logger.level
+    base_logger.setLevel(logging.ERROR)  # "already registered. Overwriting": that is the point
+    try:
+        PIPELINE_REGISTRY.register_pipeline(
+            TASK,
+            pipeline_class=LabelTextZeroShotPipeline,
+            pt_model=task.get("pt"),
+            default=task.get("default"),
+            type=task.get("type"),
+        )
+    finally:
+        base_logger.setLevel(level)

@@ -20,7 +20,9 @@ import textwrap
 
 import pytest
 import torch
+import transformers
 from helpers import run_without_package
+from packaging.version import Version
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import (
@@ -157,6 +159,9 @@ REFUSED = {
 STATES_MOVE_WITH_PADDING = {
     "canine": "downsamples the characters with a strided convolution before its deep layers",
     "convbert": "its span-based dynamic convolution reads the neighbouring positions, padding included",
+    # Measured on transformers 5.16 and 5.24 alike (random weights): cls 1.5e-4, last_token 1.2e-4, mean 6e-5.
+    "nystromformer": "its Nystrom landmarks are means over segments of the padded sequence, so padding moves every "
+    "state a little",
 }
 # Reformer trains only on sequences exactly as long as its axial position shape multiplies out to (its own classifier
 # too): 8 * 8 here.
@@ -390,6 +395,11 @@ def test_every_registered_pooling_runs_on_some_type():
     assert covered == set(POOLINGS)
 
 
+@pytest.mark.skipif(
+    Version(transformers.__version__) < Version("5.16"),
+    reason="the lists also name types transformers added in 5.16 (esmc, cohere_compass_text...), absent from older "
+    "versions; make test checks them against the newest",
+)
 def test_the_lists_name_only_types_of_the_installed_transformers():
     known = set(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES) | set(
         MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES

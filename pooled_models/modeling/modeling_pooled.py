@@ -151,6 +151,14 @@ class PooledPreTrainedModel(PreTrainedModel):
     def resize_token_embeddings(self, new_num_tokens: int | None = None, *args, **kwargs):
         """Transformers' resize, on the backbone (its config's ``vocab_size`` follows); refused, before anything is
         resized, when label tokens start from token ids the smaller vocabulary would not have."""
+        # Label texts are read at every call, so the vocabulary must keep their tokens.
+        texts = getattr(self.config, "label_text_ids", None) or []
+        highest_text = max((token for label in texts for token in label), default=-1)
+        if new_num_tokens is not None and highest_text >= new_num_tokens:
+            raise ValueError(
+                f"resize_token_embeddings({new_num_tokens}) would drop token id {highest_text}, which the labels' "
+                f"texts hold (label_text_ids); keep at least {highest_text + 1} tokens."
+            )
         ids = getattr(self.config, "label_token_init_ids", None) or []
         highest = max((token for label in ids for token in label), default=-1)
         if new_num_tokens is not None and highest >= new_num_tokens:

@@ -29,7 +29,7 @@ def text_model(family="bert", layers=1, scorer="shared", seed=0, model_class=Non
     config = PooledConfig(
         backbone_config=tiny_backbone_config(family),
         pooling="label_text",
-        num_labels=len(LABEL_IDS),
+        num_labels=len(settings["label_text_ids"] or LABEL_IDS),
         label_text_layers=layers,
         label_text_scorer=scorer,
         **settings,
@@ -263,3 +263,94 @@ def test_save_reload_overrides_and_an_edit_of_a_built_model(tmp_path):
     apart.config.label_text_pooling = "marker"
     with pytest.raises(ValueError, match=r"label_text_pooling='marker' \(built with 'mean'\)"):
         apart(**batch)
+
+
+# -- the seams: a model built from a folder, re-headed, resized, trained with LoRA, in half precision ------------
+
+NAMES = {0: "sport", 1: "food", 2: "music"}
+
+
+@pytest.fixture(scope="module")
+def folder(tiny_backbone_path, minilm_tokenizer, tmp_path_factory):
+    torch.manual_seed(0)
+    model = PooledForSequenceClassification.from_backbone(
+        tiny_backbone_path, pooling="label_text", id2label=NAMES, label_text_layers=1
+    )
+    path = tmp_path_factory.mktemp("label_text")
+    model.save_pretrained(path)
+    minilm_tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_new_labels_at_load_time_read_their_texts_from_the_folders_tokenizer(folder, minilm_tokenizer):
+    names = {0: "travel", 1: "music", 2: "weather", 3: "garden"}
+    model = PooledForSequenceClassification.from_pretrained(
+        folder, id2label=names, ignore_mismatched_sizes=True
+    )
+    assert model.config.label_text_ids == [minilm_tokenizer(name)["input_ids"] for name in names.values()]
+    with torch.no_grad():
+        logits = model.eval()(**minilm_tokenizer(["a song"], return_tensors="pt")).logits
+        original = PooledForSequenceClassification.from_pretrained(folder).eval()
+        before = original(**minilm_tokenizer(["a song"], return_tensors="pt")).logits
+    # The shared scorer has no per-label weights: "music" scores as it did under the old label set.
+    torch.testing.assert_close(logits[0, 1], before[0, 2])
+
+
+def test_resizing_keeps_the_scores_and_refuses_to_drop_a_labels_tokens(folder, minilm_tokenizer, tmp_path):
+    model = PooledForSequenceClassification.from_pretrained(folder).eval()
+    batch = minilm_tokenizer(["a song", "dinner"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before = model(**batch).logits
+    size = model.get_input_embeddings().num_embeddings
+    model.resize_token_embeddings(size + 8)  # the marker's id moves with the vocabulary's end
+    with torch.no_grad():
+        torch.testing.assert_close(model(**batch).logits, before)
+    model.save_pretrained(tmp_path)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            PooledForSequenceClassification.from_pretrained(tmp_path).eval()(**batch).logits, before
+        )
+    highest = max(token for label in model.config.label_text_ids for token in label)
+    with pytest.raises(ValueError, match=rf"would drop token id {highest}, which the labels' texts hold"):
+        model.resize_token_embeddings(highest)
+    assert model.get_input_embeddings().num_embeddings == size + 8
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("layers", [0, 1])
+def test_half_precision_stays_close_to_float32(folder, minilm_tokenizer, dtype, layers):
+    batch = minilm_tokenizer(["a song about the sea", "dinner"], padding=True, return_tensors="pt")
+    model = PooledForSequenceClassification.from_pretrained(folder, label_text_layers=layers).eval()
+    with torch.no_grad():
+        expected = model(**batch).logits
+        half = model.to(dtype)(**batch).logits
+    assert half.dtype == dtype and torch.isfinite(half).all()
+    torch.testing.assert_close(half.float(), expected, atol=0.1, rtol=0.02)
+
+
+def test_a_thousand_labels_train_in_passes_of_bounded_width():
+    # 1,000 labels of generated text ([CLS], one or two tokens, [SEP]): every text is joined with groups of
+    # label_tokens_per_pass labels, so no row the top layer attends over is wider than the text and one group, whatever
+    # the number of labels. All 1,000 in one row would be about 3,500 slots (a 3,500 x 3,500 attention per head).
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 3, (1000,), generator=generator).tolist()
+    texts = [[1, *torch.randint(5, 120, (length,), generator=generator).tolist(), 2] for length in lengths]
+    model = text_model(layers=1, label_text_ids=texts).train()
+    pooler = model.classifier.pooler
+    slots = len(pooler.label_rows[0])  # every label's segment, padded to the longest: 4
+    assert (
+        pooler.per_pass * slots <= 32
+    )  # the default: a pass's slots within half of the tiny backbone's positions
+    widths = []
+    layer = model.backbone.encoder.layer[-1]
+    hook = layer.register_forward_pre_hook(lambda module, args: widths.append(args[0].shape[1]))
+    batch = random_batch([9, 4], seed=8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(2):
+        loss = model(**batch, labels=torch.tensor([3, 997])).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        assert torch.isfinite(loss)
+    hook.remove()
+    assert max(widths) == 9 + pooler.per_pass * slots

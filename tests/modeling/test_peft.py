@@ -8,11 +8,20 @@ from helpers import random_batch, tiny_model
 
 from pooled_models import POOLERS
 
-FAST = ("attention", "label_tokens", "lstm", "weighted_layer")
+FAST = ("attention", "label_tokens", "label_text", "lstm", "weighted_layer")
+SETTINGS = {
+    "label_tokens": {"label_token_init": "random"},
+    # Label texts read in the top layer, scored per label: the marker, the head's weights and the layers' own LoRA.
+    "label_text": {
+        "label_text_ids": [[1, 10, 2], [1, 11, 12, 2], [1, 13, 2]],
+        "label_text_layers": 1,
+        "label_text_scorer": "per_label",
+    },
+}
 
 
 def model_for(pooling: str):
-    return tiny_model(pooling, **({"label_token_init": "random"} if pooling == "label_tokens" else {}))
+    return tiny_model(pooling, **SETTINGS.get(pooling, {}))
 
 
 @pytest.mark.parametrize(

@@ -147,9 +147,10 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
             `label_descriptions`). Without them the model scores only labels given at call time (`label_input_ids`).
         label_text_scorer (`str`, *optional*):
             `label_text` only. `"shared"`: one scorer for every label, the scaled cosine similarity of the text's
-            vector and the label's, so that labels given as text at call time (never seen in training) are scored
-            too. `"per_label"`: each label has its own weight vector and bias over its vector (needs
-            `label_text_layers` >= 1). Defaults to `"shared"`.
+            vector and the label's (two learned numbers), so that labels given as text at call time (never seen in
+            training) are scored too. `"per_label"`: that similarity plus each label's own linear term on the text's
+            vector (a weight vector and a bias per label, starting at zero), for the model's own labels. Defaults to
+            `"shared"`.
         label_text_pooling (`str`, *optional*):
             `label_text` only. A label's vector: `"mean"` over its segment's final states (marker and text tokens), or
             its `"marker"` token's final state. Defaults to `"mean"`.

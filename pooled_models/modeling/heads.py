@@ -156,41 +156,41 @@ class LabelTextHead(nn.Module):
     """Scores labels read as text (``pooling="label_text"``): ``[B, 1 + L, H]`` (the text's vector, then each
     label's) -> ``[B, L]`` logits.
 
-    ``label_text_scorer="shared"``: ``exp(log_scale) * (cos(text, label) - offset)``, two numbers for every label, so
-    it scores any label given as text, one never seen in training included. ``"per_label"``: each label's own weight
-    vector and bias over its vector (as a linear head has), for the labels the model was built with.
+    Both scorers start from the similarity of the text and the label, ``exp(log_scale) * (cos(text, label) - offset)``
+    (two learned numbers). ``label_text_scorer="shared"`` is that alone: it scores any label given as text, one never
+    seen in training included. ``"per_label"`` adds each label's own linear term on the text's vector, ``w_l . text +
+    b_l``, starting at zero (a linear head, as mean pooling's, on top of what the label's words say), for the labels the
+    model was built with.
     """
 
     def __init__(self, config: PreTrainedConfig, input_dim: int):
         super().__init__()
         self.dropout = nn.Dropout(config.classifier_dropout)
-        self.shared = config.label_text_scorer == "shared"
-        if self.shared:
-            self.log_scale = nn.Parameter(torch.empty(()))
-            self.offset = nn.Parameter(torch.empty(()))
-        else:
+        self.log_scale = nn.Parameter(torch.empty(()))
+        self.offset = nn.Parameter(torch.empty(()))
+        self.per_label = config.label_text_scorer == "per_label"
+        if self.per_label:
             self.weight = nn.Parameter(torch.empty(config.num_labels, input_dim))
             self.bias = nn.Parameter(torch.empty(config.num_labels))
-        self.initializer_range = config.initializer_range
 
     def init_parameters(self, config: PreTrainedConfig, input_embeddings: nn.Module) -> None:
-        if self.shared:
-            init.constant_(self.log_scale, math.log(SHARED_SCALE))
-            init.constant_(self.offset, SHARED_OFFSET)
-        else:
-            init.normal_(self.weight, std=self.initializer_range)
+        init.constant_(self.log_scale, math.log(SHARED_SCALE))
+        init.constant_(self.offset, SHARED_OFFSET)
+        if self.per_label:  # zero: the model starts as the shared scorer, the labels' words its only prior
+            init.zeros_(self.weight)
             init.zeros_(self.bias)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         text, labels = self.dropout(pooled[:, :1]), self.dropout(pooled[:, 1:])
-        if self.shared:
-            # In float32: half-precision vectors lose the small differences between similar labels.
-            cosine = nn.functional.cosine_similarity(text.float(), labels.float(), dim=-1, eps=1e-6)
-            return (self.log_scale.float().exp() * (cosine - self.offset.float())).to(pooled.dtype)
-        if labels.shape[1] != self.weight.shape[0]:
-            raise ValueError(
-                f"label_text_scorer='per_label' scores the {self.weight.shape[0]} labels the model was built with, "
-                f"not {labels.shape[1]} labels given at call time; a model with label_text_scorer='shared' scores "
-                "any labels."
-            )
-        return (labels * self.weight).sum(dim=-1) + self.bias
+        # In float32: half-precision vectors lose the small differences between similar labels.
+        cosine = nn.functional.cosine_similarity(text.float(), labels.float(), dim=-1, eps=1e-6)
+        logits = self.log_scale.float().exp() * (cosine - self.offset.float())
+        if self.per_label:
+            if labels.shape[1] != self.weight.shape[0]:
+                raise ValueError(
+                    f"label_text_scorer='per_label' scores the {self.weight.shape[0]} labels the model was built "
+                    f"with, not {labels.shape[1]} labels given at call time; a model with label_text_scorer='shared' "
+                    "scores any labels."
+                )
+            logits = logits + text[:, 0].float() @ self.weight.float().T + self.bias.float()
+        return logits.to(pooled.dtype)

@@ -203,12 +203,6 @@ class LabelTextPooler(Pooler):
             f"label_text_layers must be {ALL_LAYERS!r} or an integer in [0, num_hidden_layers={num_layers}] (the "
             f"backbone's top layers in which the labels read the text; 0: never), got {layers!r}.",
         )
-        _require(
-            not (config.label_text_scorer == "per_label" and layers == 0),
-            "label_text_scorer='per_label' scores each label from its own vector, which reads the text only when "
-            "label_text_layers >= 1; with label_text_layers=0 choose label_text_scorer='shared' (it compares the "
-            "label's vector with the text's).",
-        )
         per_pass = config.label_tokens_per_pass
         _require(
             isinstance(per_pass, int) and not isinstance(per_pass, bool) and 1 <= per_pass <= num_labels,

@@ -162,12 +162,18 @@ def test_training_on_labels_given_at_call_time():
     assert torch.isfinite(multi(**batch, **new, labels=torch.tensor([[1.0, 0.0], [1.0, 1.0]])).loss)
 
 
-def test_the_per_label_scorer_refuses_labels_given_at_call_time_and_needs_a_layer():
-    model = text_model(layers=1, scorer="per_label")
+def test_the_per_label_scorer_starts_as_the_shared_one_and_refuses_labels_given_at_call_time():
+    batch = random_batch([4, 7], seed=9)
+    for layers in (0, 1):
+        per_label = text_model(layers=layers, scorer="per_label")
+        shared = text_model(layers=layers)
+        with torch.no_grad():  # the same backbone, marker and similarity; the per-label terms start at zero
+            torch.testing.assert_close(per_label(**batch).logits, shared(**batch).logits)
+            per_label.classifier.head.bias[2] += 1.0
+            difference = per_label(**batch).logits - shared(**batch).logits
+        torch.testing.assert_close(difference, torch.tensor([[0.0, 0.0, 1.0, 0.0]] * 2))
     with pytest.raises(ValueError, match=r"scores the 4 labels the model was built with, not 2 labels"):
-        model(**random_batch([4]), **call_labels(LABEL_IDS[:2]))
-    with pytest.raises(ValueError, match=r"label_text_layers >= 1; with label_text_layers=0 choose"):
-        text_model(layers=0, scorer="per_label")
+        per_label(**random_batch([4]), **call_labels(LABEL_IDS[:2]))
 
 
 def test_the_encoder_gives_one_vector_per_label():

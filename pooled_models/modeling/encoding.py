@@ -36,6 +36,8 @@ PROGRESS_BAR_FROM = 512
 NO_TOKENIZER_LIMIT = 10**9
 
 SIMILARITY_FUNCTIONS = ("cosine", "dot", "euclidean", "manhattan")
+# Poolings that give one vector per label (each label's state after reading the text), not one per text.
+PER_LABEL_POOLINGS = ("label_tokens", "label_text")
 
 
 class SentenceEncoderMixin:
@@ -79,11 +81,11 @@ class SentenceEncoderMixin:
             device: encode on this device; the model is moved there, as sentence-transformers does.
             tokenizer: the tokenizer to use; default: loaded once from the checkpoint's folder (or, for a model
                 built with ``from_backbone``, the backbone's) and kept for later calls.
-            label: ``pooling="label_tokens"`` only: a label name (or id) whose vector to return.
+            label: ``pooling="label_tokens"`` or ``"label_text"`` only: a label name (or id) whose vector to return.
 
         Returns:
             ``[len(sentences), pooler.output_dim]``, or ``[pooler.output_dim]`` for a single text. With
-            ``pooling="label_tokens"``: one vector per label, ``[len(sentences), num_labels, hidden_size]``
+            ``pooling="label_tokens"`` (or ``"label_text"``): one vector per label, ``[len(sentences), num_labels, hidden_size]``
             (each label's final hidden state, what its head scores), or ``[len(sentences), hidden_size]`` for one
             ``label``; ``similarity`` compares such embeddings label by label.
         """
@@ -175,9 +177,10 @@ class SentenceEncoderMixin:
     def _label_index(self, label: str | int | None) -> int | None:
         if label is None:
             return None
-        if self.config.pooling != "label_tokens":
+        if self.config.pooling not in PER_LABEL_POOLINGS:
             raise ValueError(
-                f"label={label!r} picks one label's vector of pooling='label_tokens'; this model's pooling is "
+                f"label={label!r} picks one label's vector of pooling='label_tokens' or 'label_text'; this model's "
+                "pooling is "
                 f"{self.config.pooling!r}, which gives one vector per text."
             )
         label2id = {str(name): int(index) for name, index in (self.config.label2id or {}).items()}
@@ -188,7 +191,7 @@ class SentenceEncoderMixin:
         raise ValueError(f"label={label!r} is not a label of this model. Its labels: {', '.join(label2id)}.")
 
     def _embedding_shape(self, label_index: int | None) -> tuple[int, ...]:
-        if self.config.pooling == "label_tokens" and label_index is None:
+        if self.config.pooling in PER_LABEL_POOLINGS and label_index is None:
             return (self.config.num_labels, self.pooler.output_dim)
         return (self.pooler.output_dim,)
 

@@ -313,11 +313,12 @@ class PooledPreTrainedModel(PreTrainedModel):
         **kwargs,
     ) -> torch.Tensor:
         """The pooled vectors of a batch, ``[batch, pooler.output_dim]`` (``[batch, num_labels, hidden]`` for label
-        tokens): what ``PooledModel`` returns as ``pooler_output``, also from a classifier (before its head)."""
+        tokens and label text): what ``PooledModel`` returns as ``pooler_output``, also from a classifier (before its
+        head)."""
         inputs = self._model_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, None, kwargs
         )
-        return self.pooler.encode(self._backbone_call(), inputs, False)[1]
+        return self.pooler.public_output(self.pooler.encode(self._backbone_call(), inputs, False)[1])
 
     # -- loading and saving ---------------------------------------------------------------------------------
 

@@ -91,7 +91,7 @@ def test_the_text_keeps_its_own_states_and_each_label_reads_it(family, layers):
         alone = model.backbone(**batch).last_hidden_state
         real = batch["attention_mask"].bool()
         torch.testing.assert_close(outputs.hidden_states[-1][real], alone[real], atol=1e-5, rtol=1e-5)
-        labels = model.embed(**batch)[:, 1:]  # each label's vector for each text
+        labels = model.embed(**batch)  # each label's vector for each text
     # The labels read the text from layer 1 on: two texts, two readings of every label; with 0 they never do.
     assert torch.allclose(labels[0], labels[1]) == (layers == 0)
 
@@ -178,8 +178,11 @@ def test_the_per_label_scorer_starts_as_the_shared_one_and_refuses_labels_given_
 
 def test_the_encoder_gives_one_vector_per_label():
     model = text_model(layers=1, model_class=PooledModel)
+    batch = random_batch([4, 6])
     with torch.no_grad():
-        out = model(**random_batch([4, 6]))
+        out = model(**batch)
+        classifier = text_model(layers=1)
+        torch.testing.assert_close(classifier.embed(**batch), out.pooler_output)
     assert out.pooler_output.shape == (2, len(LABEL_IDS), 32)
 
 
@@ -360,3 +363,11 @@ def test_a_thousand_labels_train_in_passes_of_bounded_width():
         assert torch.isfinite(loss)
     hook.remove()
     assert max(widths) == 9 + pooler.per_pass * slots
+
+
+def test_encode_gives_every_labels_vector_or_one_labels(folder):
+    model = PooledModel.from_pretrained(folder)
+    texts = ["a song about the sea", "dinner"]
+    vectors = model.encode(texts, convert_to_tensor=True)
+    assert vectors.shape == (2, 3, 32)
+    torch.testing.assert_close(model.encode(texts, convert_to_tensor=True, label="food"), vectors[:, 1])

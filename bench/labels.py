@@ -136,14 +136,17 @@ ARMS: dict[str, Arm] = {
         "setfit", TRAINED, (), "SetFit 1.2, num_iterations=20", options=(("num_iterations", 20),)
     ),
     "cosine": Arm("cosine", ("zeroshot",), (), "cosine similarity of text and label name embeddings"),
-    # Label text (pooling="label_text"): the model's defaults (shared scorer, mean of each label's segment, the labels
-    # reading the text in the top 2 layers), then one change each.
+    # Label text (pooling="label_text"): the model's defaults (the shared scorer, the mean of each label's segment, the
+    # labels apart from the text: label_text_layers=0), then one change each.
     "label_text": Arm("train.py", TRAINED, LABEL_TEXT, "label text, the model's defaults"),
     "label_text_per_label": Arm(
-        "train.py", TRAINED, (*LABEL_TEXT, "--label_text_scorer", "per_label"), "per-label scorer"
+        "train.py", TRAINED, (*LABEL_TEXT, "--label_text_scorer", "per_label"), "plus a linear term per label"
     ),
-    "label_text_apart": Arm(
-        "train.py", TRAINED, (*LABEL_TEXT, "--label_text_layers", "0"), "labels never read the text"
+    "label_text_layers2": Arm(
+        "train.py",
+        TRAINED,
+        (*LABEL_TEXT, "--label_text_layers", "2"),
+        "labels read the text in the top 2 layers",
     ),
     "label_text_descriptions": Arm(
         "train.py", TRAINED, LABEL_TEXT, "labels read as their descriptions", needs=("descriptions",)

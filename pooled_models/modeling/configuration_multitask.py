@@ -20,6 +20,7 @@ from transformers.configuration_utils import PreTrainedConfig
 
 from .compat import BACKBONE_SUB_CONFIGS, backbone_sub_config_defaults
 from .configuration_pooled import BUILT_WITH, PooledConfig, _clean_backbone_config
+from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .pooling import POOLINGS
 from .problem_types import SINGLE_LABEL
@@ -118,6 +119,7 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     initializer_range: float | None = None
 
     def __post_init__(self, **kwargs):
+        refuse_engine_without_plugin()  # engines.py: vLLM without the plugin would serve another pooling
         self.backbone_config = _clean_backbone_config(self.backbone_config)
         super().__post_init__(**kwargs)
         if self.initializer_range is None:

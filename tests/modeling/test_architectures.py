@@ -20,9 +20,7 @@ import textwrap
 
 import pytest
 import torch
-import transformers
 from helpers import run_without_package
-from packaging.version import Version
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import (
@@ -395,11 +393,6 @@ def test_every_registered_pooling_runs_on_some_type():
     assert covered == set(POOLINGS)
 
 
-@pytest.mark.skipif(
-    Version(transformers.__version__) < Version("5.16"),
-    reason="the lists also name types transformers added in 5.16 (esmc, cohere_compass_text...), absent from older "
-    "versions; make test checks them against the newest",
-)
 def test_the_lists_name_only_types_of_the_installed_transformers():
     known = set(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES) | set(
         MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES

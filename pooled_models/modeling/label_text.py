@@ -294,11 +294,11 @@ class LabelTextPooler(Pooler):
             label_ids = torch.tensor(self.label_rows, dtype=torch.long, device=device)
             label_mask = torch.tensor(self.label_row_mask, dtype=torch.long, device=device)
         else:
-            label_ids = torch.as_tensor(label_ids, device=device)
+            label_ids = _as_tensor(label_ids, "label_input_ids", device)
             label_mask = (
                 torch.ones_like(label_ids)
                 if label_mask is None
-                else torch.as_tensor(label_mask, device=device)
+                else _as_tensor(label_mask, "label_attention_mask", device)
             )
             _check_call_labels(label_ids, label_mask.to(label_ids.device), vocabulary)
             label_mask = label_mask.to(label_ids.device)
@@ -410,6 +410,20 @@ def _in_backbone_form(backbone_mask, allowed: torch.Tensor, stack) -> torch.Tens
     )
 
 
+def _as_tensor(value, name: str, device) -> torch.Tensor:
+    """``value`` (a tensor or nested lists) as a tensor of integers; ragged lists and fractions refused by name."""
+    try:
+        tensor = torch.as_tensor(value, device=device)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(
+            f"{name} must be a [labels, length] tensor (or equal-length lists) of integers; pad the label texts to one "
+            f"length (pad_label_ids, or the tokenizer with padding=True and padding_side='right'). {error}"
+        ) from None
+    if tensor.is_floating_point() or tensor.is_complex():
+        raise ValueError(f"{name} must hold integers, got {tensor.dtype}.")
+    return tensor
+
+
 def _check_call_labels(label_ids: torch.Tensor, label_mask: torch.Tensor, vocabulary: int) -> None:
     if label_ids.ndim != 2 or tuple(label_mask.shape) != tuple(label_ids.shape):
         raise ValueError(
@@ -418,14 +432,20 @@ def _check_call_labels(label_ids: torch.Tensor, label_mask: torch.Tensor, vocabu
         )
     if label_ids.shape[0] == 0:
         raise ValueError("label_input_ids holds no label.")
+    if label_ids.shape[1] == 0:
+        raise ValueError("label_input_ids holds no token: each label needs at least its first (marker) slot.")
     if torch.compiler.is_compiling():
         return
     if bool(((label_ids < 0) | (label_ids >= vocabulary)).any()):
         raise ValueError(f"label_input_ids holds ids outside the vocabulary [0, {vocabulary - 1}].")
-    if bool((label_mask[:, 0] == 0).any()):
+    mask = label_mask.long()
+    if bool(((mask != 0) & (mask != 1)).any()):
+        raise ValueError("label_attention_mask must hold 0 (padding) and 1 (a real token) only.")
+    # Each label's real tokens first, then its padding: the marker in the first slot, the positions counted from it.
+    if bool((mask[:, 0] == 0).any()) or bool((mask[:, 1:] > mask[:, :-1]).any()):
         raise ValueError(
-            "label_input_ids must be right-padded, each label's first slot real (tokenize the label texts with "
-            "padding_side='right', as label_text_token_ids does)."
+            "label_input_ids must be right-padded, each label's first slot real and no padding between its tokens "
+            "(tokenize the label texts with padding_side='right', as label_text_token_ids does)."
         )
 
 

@@ -221,6 +221,22 @@ def test_labels_given_at_call_time_are_checked():
     }
     with pytest.raises(ValueError, match=r"must be right-padded"):
         model(**batch, **left)
+    holed = {
+        "label_input_ids": torch.tensor([[1, 10, 11, 2]]),
+        "label_attention_mask": torch.tensor([[1, 0, 1, 1]]),
+    }
+    with pytest.raises(ValueError, match=r"no padding between its tokens"):
+        model(**batch, **holed)
+    with pytest.raises(ValueError, match=r"label_attention_mask must hold 0 \(padding\) and 1"):
+        model(**batch, **{**holed, "label_attention_mask": torch.tensor([[2, 2, 2, 2]])})
+    with pytest.raises(
+        ValueError, match=r"label_input_ids must be a \[labels, length\] tensor .* pad the label texts"
+    ):
+        model(**batch, label_input_ids=[[1, 10, 2], [1, 12, 13, 2]])  # ragged lists
+    with pytest.raises(ValueError, match=r"label_input_ids must hold integers, got torch.float32"):
+        model(**batch, label_input_ids=torch.tensor([[1.0, 10.0, 2.0]]))
+    with pytest.raises(ValueError, match=r"label_input_ids holds no token"):
+        model(**batch, label_input_ids=torch.zeros(2, 0, dtype=torch.long))
     with pytest.raises(
         ValueError,
         match=r"label_input_ids, label_attention_mask: labels given as text at call time are read by ",

@@ -224,14 +224,6 @@ def test_minilm_label_text_and_cls_init(minilm_path, minilm_tokenizer):
     "settings, message",
     [
         (
-            {"label_token_init": "zeros"},
-            r"Unknown label_token_init 'zeros'\. Valid choices: cls, label_text, random, vocab_mean",
-        ),
-        (
-            {"label_token_scorer": "mlp"},
-            r"Unknown label_token_scorer 'mlp'\. Valid choices: per_label, shared",
-        ),
-        (
             {"label_token_init": "label_text", "label_token_init_ids": [[1]]},
             r"one list of token ids per label \(5\), got 1",
         ),

@@ -59,6 +59,7 @@ def round_trip(model, tmp_path, batch, labels=None) -> None:
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, output.logits)
     only_settings_that_apply(reloaded.config)
+    return reloaded
 
 
 def pooling_pairs(sources):
@@ -73,7 +74,8 @@ def test_a_saved_model_loads_with_another_pooling(saved, tmp_path, source, targe
     )
     assert model.config.pooling == target and model.pooler.name == target
     only_settings_that_apply(model.config)
-    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+    reloaded = round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+    assert reloaded.config.pooling == target and reloaded.pooler.name == target
 
 
 @pytest.mark.slow
@@ -82,8 +84,10 @@ def test_every_pooling_loads_as_every_other(saved, tmp_path, source, target):
     model = PooledForSequenceClassification.from_pretrained(
         saved(source), pooling=target, ignore_mismatched_sizes=True
     )
+    assert model.config.pooling == target and model.pooler.name == target
     only_settings_that_apply(model.config)
-    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+    reloaded = round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+    assert reloaded.config.pooling == target and reloaded.pooler.name == target
 
 
 def test_settings_given_with_the_new_pooling_are_kept_and_checked(saved):

@@ -377,7 +377,12 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
         # In declaration order: a default may depend on an earlier setting (label_token_init_ids on label_token_init).
         for option, default in applicable.items():
             if getattr(self, option, None) is None:
-                setattr(self, option, default(self) if callable(default) else default)
+                try:
+                    setattr(self, option, default(self) if callable(default) else default)
+                except AttributeError as error:  # a default read off a backbone without that size (Perceiver)
+                    raise ValueError(
+                        f"{option} of {owner} defaults to a size the backbone's config does not have: {error}."
+                    ) from error
 
     def _check_dropout(self) -> None:
         if self.classifier_dropout is None:

@@ -288,7 +288,7 @@ def test_a_backbone_without_input_embeddings_is_named():
 
     backbone.get_input_embeddings = no_embeddings
     with pytest.raises(
-        ValueError, match=r"BertModel has no input embedding table.*works with this backbone: .*mean"
+        ValueError, match=r"BertModel has no input embedding table.*Poolings that work with BertModel: .*mean"
     ):
         PooledForSequenceClassification(config, backbone=backbone)
     # Only label tokens need the table: another pooling builds and runs on the same backbone.

@@ -31,7 +31,7 @@ from transformers import PreTrainedConfig
 from transformers import initialization as init
 from transformers.utils import logging
 
-from .backbone import input_embeddings_of, position_ids_from_mask, position_offset
+from .backbone import input_embeddings_of, pools_the_sequence, position_ids_from_mask, position_offset
 from .heads import LABEL_TOKEN_SCORERS, LabelTokenHead
 from .label_token_layers import (
     ALL_LAYERS,
@@ -342,6 +342,11 @@ class LabelTokenPooler(Pooler):
 
     @classmethod
     def backbone_refusal(cls, backbone):
+        if pools_the_sequence(backbone):
+            return (
+                f"reads each label token's own final state, but {type(backbone).__name__} pools the sequence to fewer "
+                "states than tokens"
+            )
         embeddings = input_embeddings_of(backbone)
         if isinstance(embeddings, nn.Embedding):
             return None

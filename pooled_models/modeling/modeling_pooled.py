@@ -36,6 +36,7 @@ from .backbone import (
     load_backbone,
     position_ids_from_mask,
     position_offset,
+    states_mask,
     token_states_module,
 )
 from .configuration_pooled import LOAD_TIME_SETTINGS, PooledConfig
@@ -127,6 +128,9 @@ class PooledPreTrainedModel(PreTrainedModel):
     # here because Trainer reads a forward that takes **kwargs as one that does, and then neither divides the loss
     # by the gradient accumulation steps nor leaves it alone across processes (it multiplies it by their number).
     accepts_loss_kwargs = False
+    # Whether the model reads a state per input token (a token classifier) rather than pooling the sequence: where
+    # transformers has a full-length and a pooled base model for a type (Funnel), it picks the backbone class.
+    reads_every_token: ClassVar[bool] = False
 
     def __init__(self, config: PooledConfig, *inputs, **kwargs):
         config.ensure_valid()  # a config edited by attribute is validated before modules are built from it
@@ -136,7 +140,7 @@ class PooledPreTrainedModel(PreTrainedModel):
 
     def _set_backbone(self, config: PooledConfig, backbone: PreTrainedModel | None) -> None:
         if backbone is None:
-            backbone = build_backbone(config.backbone_config)
+            backbone = build_backbone(config.backbone_config, per_token=self._reads_every_token(config))
         else:
             config.backbone_config = backbone.config  # one config object for the backbone we hold
         self.backbone = backbone
@@ -154,6 +158,10 @@ class PooledPreTrainedModel(PreTrainedModel):
         self.position_budget = None if max_positions is None else max_positions - self._position_offset
         if getattr(config, "packed_batches", False):
             self.check_packable()  # refused when built, not at the first batch
+
+    @classmethod
+    def _reads_every_token(cls, config) -> bool:
+        return cls.reads_every_token
 
     def get_backbone(self) -> PreTrainedModel:
         """The Transformers model the pooler reads (BERT, RoBERTa, ESM...)."""
@@ -454,7 +462,12 @@ class PooledPreTrainedModel(PreTrainedModel):
         )
         config_kwargs.update(POOLINGS.lookup(pooling).tokenizer_settings(config_kwargs, load_tokenizer))
         config = PooledConfig(backbone_config=backbone_config, pooling=pooling, **config_kwargs)
-        backbone = load_backbone(backbone_name_or_path, config.backbone_config, **backbone_kwargs)
+        backbone = load_backbone(
+            backbone_name_or_path,
+            config.backbone_config,
+            per_token=cls._reads_every_token(config),
+            **backbone_kwargs,
+        )
         model = cls(config, backbone=backbone)
         return model.to(backbone.dtype).eval()
 
@@ -473,6 +486,10 @@ class BackboneCall:
         self.backbone = backbone
         self.position_budget = position_budget
         self.pad_token_id = pad_token_id
+
+    def states_mask(self, attention_mask: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        """The mask of the backbone's output states (the input's, pooled where the backbone pools the sequence)."""
+        return states_mask(self.backbone, attention_mask, states)
 
 
 # 0.1 saved label embeddings as a parameter of the pooler (now the weight of a module of their own) and named the

@@ -111,7 +111,10 @@ class Pooler(nn.Module, Component):
         """Run the backbone through ``encoder.run_backbone(**inputs)`` and pool: ``(backbone outputs, pooled)``."""
         request = hidden_states_request(output_hidden_states, self.hidden_states_read)
         outputs = encoder.run_backbone(**inputs, output_hidden_states=request)
-        return outputs, self(outputs.last_hidden_state, inputs["attention_mask"], outputs.hidden_states)
+        states = outputs.last_hidden_state
+        return outputs, self(
+            states, encoder.states_mask(inputs["attention_mask"], states), outputs.hidden_states
+        )
 
     def forward(
         self,

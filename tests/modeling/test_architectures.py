@@ -155,8 +155,9 @@ REFUSED = {
         r"with CanineModel: .*mean",
     ),
     "funnel": (
-        LAYER_POOLINGS,
-        r"FunnelModel pools its states to a shorter sequence.*Poolings that work with FunnelModel",
+        ("label_tokens", *LAYER_POOLINGS),
+        r"(FunnelBaseModel pools its states to a shorter sequence|FunnelBaseModel pools the sequence to fewer states)"
+        r".*Poolings that work with FunnelBaseModel",
     ),
     "ibert": (
         ("label_tokens",),

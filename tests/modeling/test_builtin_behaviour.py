@@ -14,7 +14,14 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, BertCon
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
-from pooled_models import PooledConfig, PooledForSequenceClassification, PooledModel, PooledMultiTaskConfig
+from pooled_models import (
+    PooledConfig,
+    PooledForMultiTask,
+    PooledForSequenceClassification,
+    PooledForTokenClassification,
+    PooledModel,
+    PooledMultiTaskConfig,
+)
 from pooled_models.modeling import label_tokens
 
 # ----------------------------------------------------------------------------------------------------
@@ -327,3 +334,98 @@ def test_an_exported_label_token_model_gives_eager_outputs():
     assert graph.last_hidden_state.shape == eager.last_hidden_state.shape
     torch.testing.assert_close(graph.last_hidden_state, eager.last_hidden_state, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(graph.pooler_output, eager.pooler_output, atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Funnel: the sequence models read the pooled FunnelBaseModel, as transformers' own sequence classifier
+# ----------------------------------------------------------------------------------------------------
+
+
+def _funnel_config():
+    return transformers.FunnelConfig(
+        vocab_size=120,
+        block_sizes=[1, 1, 1],
+        d_model=32,
+        n_head=4,
+        d_head=8,
+        d_inner=37,
+        num_decoder_layers=1,
+    )
+
+
+def _drift(model, text_length: int, padded_to: int) -> float:
+    """How far the first text's logits move when it is padded on the right to ``padded_to`` tokens."""
+    ids = torch.randint(5, 99, (1, text_length), generator=torch.Generator().manual_seed(0))
+    alone = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    padded = {
+        key: torch.nn.functional.pad(value, (0, padded_to - text_length)) for key, value in alone.items()
+    }
+    with torch.no_grad():
+        return float((model(**padded).logits - model(**alone).logits).abs().max())
+
+
+def test_funnel_poolings_keep_the_padding_invariance_of_funnels_own_classifier():
+    # FunnelForSequenceClassification reads FunnelBaseModel's first state, which padding leaves alone for these
+    # lengths; the poolings read FunnelModel's upsampled full-length states before, which moved with the padding
+    # (cls by 4e-2). They now read FunnelBaseModel under its pooled mask: cls moves as little as the built-in, and
+    # every pooling does where Funnel's pooled states themselves stay (its blocks truncate the last token before
+    # pooling, so the other pooled states may move with the padded length: Funnel's, not the pooling's).
+    from pooled_models.modeling.pooling import poolings_that_work
+
+    torch.manual_seed(0)
+    config = _funnel_config()
+    built_in = transformers.FunnelForSequenceClassification(_funnel_config()).eval()
+    lengths = [(6, 9), (8, 12), (10, 15)]
+    assert all(_drift(built_in, *pair) < 1e-5 for pair in lengths)  # the built-in's invariance, the reference
+    base = transformers.FunnelBaseModel(config).eval()
+    poolings = poolings_that_work(base)
+    assert "mean" in poolings and "label_tokens" not in poolings and "weighted_layer" not in poolings
+    states_stay = (8, 12)  # every pooled state of FunnelBaseModel is unchanged by this padding:
+    assert _states_drift(base, *states_stay) < 1e-5
+    for pooling in poolings:
+        torch.manual_seed(0)
+        model = PooledForSequenceClassification(
+            PooledConfig(backbone_config=config, pooling=pooling, num_labels=3)
+        )
+        assert type(model.backbone).__name__ == "FunnelBaseModel"
+        for pair in lengths if pooling == "cls" else [states_stay]:
+            assert _drift(model.eval(), *pair) < 1e-5, (pooling, pair)
+
+
+def _states_drift(base, text_length: int, padded_to: int) -> float:
+    ids = torch.randint(5, 99, (1, text_length), generator=torch.Generator().manual_seed(0))
+    alone = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    padded = {
+        key: torch.nn.functional.pad(value, (0, padded_to - text_length)) for key, value in alone.items()
+    }
+    with torch.no_grad():
+        short, long = base(**alone).last_hidden_state, base(**padded).last_hidden_state
+    return float((long[:, : short.shape[1]] - short).abs().max())
+
+
+def test_funnel_token_models_keep_a_state_per_token():
+    model = PooledForTokenClassification(PooledConfig(backbone_config=_funnel_config(), num_labels=3)).eval()
+    assert type(model.backbone).__name__ == "FunnelModel"
+    assert model(**random_batch([6, 4])).logits.shape == (2, 6, 3)
+
+
+def test_a_funnel_multitask_model_reads_the_backbone_its_kind_of_heads_read(tmp_path):
+    sequence = {"topic": {"kind": "sequence", "num_labels": 2}}
+    only_sequences = PooledForMultiTask(
+        PooledMultiTaskConfig(backbone_config=_funnel_config(), tasks=sequence)
+    )
+    assert type(only_sequences.backbone).__name__ == "FunnelBaseModel"
+    only_sequences.export_head(
+        "topic", tmp_path / "topic"
+    )  # the standalone classifier reads the same backbone
+    with_tokens = PooledForMultiTask(
+        PooledMultiTaskConfig(
+            backbone_config=_funnel_config(), tasks={**sequence, "tags": {"kind": "token", "num_labels": 3}}
+        )
+    )
+    assert type(with_tokens.backbone).__name__ == "FunnelModel"
+    # A standalone sequence classifier of Funnel reads FunnelBaseModel: exported from FunnelModel's states it would
+    # give other outputs than the head, so the export is refused, saying why.
+    with pytest.raises(ValueError, match=r"runs FunnelModel .* loads as FunnelBaseModel"):
+        with_tokens.export_head("topic", tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()

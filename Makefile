@@ -40,7 +40,7 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: install
-	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/overhead.py --output bench/results/overhead.md
 
 # The pooling sweep on the fortunes benchmark, with both baselines (about 25 minutes on 2 CPU cores).
 bench-accuracy: install
@@ -52,7 +52,7 @@ bench-throughput: install
 
 # encode against sentence-transformers on the packaged MiniLM and fortunes quotations: equal embeddings, throughput.
 bench-embeddings: install
-	$(BIN)/python bench/embeddings.py
+	$(BIN)/python bench/embeddings.py --output bench/results/embeddings/report.md
 
 # The quickstart: fine-tunes the packaged MiniLM on the generated demo data, offline, in a few minutes on 2 CPU cores.
 # --overwrite_output_dir lets `make demo` run again: it replaces only a folder an earlier run wrote.

@@ -25,7 +25,8 @@ def test_texts_are_chosen_by_length_and_mixed_in_a_fixed_order():
 @pytest.mark.slow  # loads all-MiniLM-L6-v2 twice and embeds a few dozen quotations
 @pytest.mark.skipif(not FORTUNES_DIR.is_dir(), reason="Debian's fortunes package is not installed")
 def test_a_short_run_finds_both_sides_embeddings_equal_and_stores_its_report(capsys, tmp_path):
-    argv = ["--per-length", "4", "--rounds", "1", "--warmup", "0", "--output", str(tmp_path / "r" / "report.md")]
+    argv = ["--per-length", "4", "--rounds", "1", "--warmup", "0"]
+    argv += ["--output", str(tmp_path / "r" / "report.md")]
     main(argv)
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]  # no header
     assert [row.split(" | ")[0] for row in table] == ["| short", "| medium", "| long", "| mixed"]

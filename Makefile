@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint docs bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
+.PHONY: install test test-fast test-oldest test-vllm lint docs bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
 
 install: $(STAMP)
 
@@ -28,6 +28,22 @@ test: install
 # The inner loop: everything but the tests marked slow (subprocesses, several processes, the wheel, whole runs).
 test-fast: install
 	$(PYTEST) -m "not slow"
+
+# The oldest transformers setup.cfg declares (transformers>=X), in a venv of its own: the model room's tests, the
+# trust_remote_code loads included, run on it as make test runs them on the newest. torch 2.13.0 first, as above.
+TRANSFORMERS_OLDEST := $(shell sed -n 's/^ *transformers>=\([0-9.]*\),.*/\1/p' setup.cfg)
+OLDEST := .venv-oldest
+
+$(OLDEST)/.installed: setup.cfg setup.py pyproject.toml
+	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/pip install --quiet --upgrade pip
+	$(OLDEST)/bin/pip install --quiet torch==2.13.0
+	$(OLDEST)/bin/pip install --quiet -e ".[dev]" "transformers==$(TRANSFORMERS_OLDEST)"
+	$(OLDEST)/bin/python -c "import transformers; assert transformers.__version__ == '$(TRANSFORMERS_OLDEST)', transformers.__version__"
+	touch $@
+
+test-oldest: $(OLDEST)/.installed
+	$(OLDEST)/bin/python -m pytest -q -n 2 --dist loadfile tests/modeling
 
 lint: install
 	$(BIN)/ruff check .

@@ -20,9 +20,9 @@ from typing import Any
 
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassFieldValidationError
-from transformers import AutoConfig
-from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
+from transformers.configuration_utils import PreTrainedConfig
 
+from .compat import BACKBONE_SUB_CONFIGS, backbone_sub_config_defaults
 from .configuration_pooled import (
     BUILT_WITH,
     INITIALISATION_ONLY,
@@ -115,7 +115,11 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     """
 
     model_type = "pooled_multitask"
-    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    sub_configs_defaults = backbone_sub_config_defaults()  # compat.py: empty before transformers 5.20
+    sub_configs = BACKBONE_SUB_CONFIGS
+    # A multi-task config has no default tasks: transformers before 5.20 would otherwise build one without arguments
+    # to compare against when it saves (to_diff_dict, _get_generation_parameters); later versions read no such flag.
+    has_no_defaults_at_init = True
 
     backbone_config: dict | PreTrainedConfig | None = None
     tasks: dict[str, dict] | None = None

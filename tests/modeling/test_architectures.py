@@ -29,7 +29,9 @@ from collections import defaultdict
 
 import pytest
 import torch
+import transformers
 from helpers import run_without_package
+from packaging.version import Version
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import (
@@ -180,8 +182,9 @@ REFUSED = {
 STATES_MOVE_WITH_PADDING = {
     "canine": "downsamples the characters with a strided convolution before its deep layers",
     "convbert": "its span-based dynamic convolution reads the neighbouring positions, padding included",
-    # Its own classifier's first token moves too (1e-5 here), under the tolerance by chance; the others move more.
-    "nystromformer": "its Nystrom landmarks are means over segments of the padded sequence",
+    # Measured on transformers 5.16 and 5.24 alike (random weights): cls 1.5e-4, last_token 1.2e-4, mean 6e-5.
+    "nystromformer": "its Nystrom landmarks are means over segments of the padded sequence, so padding moves every "
+    "state a little",
 }
 PADDING_TOLERANCE = 1e-4
 # Reformer trains only on sequences exactly as long as its axial position shape multiplies out to (its own classifier
@@ -474,6 +477,11 @@ def test_remote_code_reload_of_a_sample_of_types(tmp_path):
         torch.testing.assert_close(torch.tensor(got[model_type]), torch.tensor(expected[model_type]))
 
 
+@pytest.mark.skipif(
+    Version(transformers.__version__) < Version("5.16"),
+    reason="the lists also name types transformers added in 5.16 (esmc, cohere_compass_text...), absent from older "
+    "versions; make test checks them against the newest",
+)
 def test_the_lists_name_only_types_of_the_installed_transformers():
     known = set(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES) | set(
         MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES

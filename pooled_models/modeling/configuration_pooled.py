@@ -272,13 +272,12 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
         """
         previous = self.__dict__.get("_validated")
         if previous is not None:
-            edited = {name for name, value in self._settings().items() if value != previous[name]} | set(
-                explicit
-            )
+            now = self._settings()
+            edited = {name for name, value in now.items() if value != previous[name]} | set(explicit)
             labels_changed = len(self.id2label or {}) != len(previous["id2label"] or {})
             # A smaller vocabulary (resize_token_embeddings, config.vocab_size = n) may leave token ids behind.
             vocabulary_shrank = "vocab_size" in edited and not _fits_vocabulary(
-                self.label_token_init_ids, self._settings()["vocab_size"]
+                self.label_token_init_ids, now["vocab_size"]
             )
             for name in self._left_behind(edited, labels_changed, vocabulary_shrank):
                 setattr(self, name, None)

@@ -125,9 +125,8 @@ def test_a_label_token_model_builds_and_resizes_from_a_vocabulary_smaller_than_i
             "attention_mask": torch.ones(1, 3, dtype=torch.long),
         }
         assert model(**batch).logits.shape == (1, 3)
-    assert torch.equal(
-        model.pooler.label_embeddings.weight, vectors
-    )  # resizing leaves the label vectors alone
+    # Resizing leaves the label vectors alone.
+    assert torch.equal(model.pooler.label_embeddings.weight, vectors)
 
 
 def test_starting_ids_that_still_fit_a_resized_vocabulary_are_kept():
@@ -257,8 +256,6 @@ def test_the_backbone_sub_config_loads_alone_from_the_saved_folder_as_it_was(con
 def test_a_config_read_with_new_labels_reads_no_tokenizer(tmp_path, monkeypatch):
     # The starting ids of new labels are read from the checkpoint's tokenizer when a model is built, not when its
     # config is read: AutoConfig / from_dict load nothing but the config.
-    from pooled_models.modeling import modeling_pooled
-
     config = PooledConfig(
         backbone_config=tiny_backbone_config("bert"),
         pooling="label_tokens",
@@ -281,7 +278,6 @@ def test_a_config_read_with_new_labels_reads_no_tokenizer(tmp_path, monkeypatch)
     )
     assert [str(source) for source, *_ in read] == [str(tmp_path)]  # the folder's, when the model is built
     assert rebuilt.config.label_token_init_ids == [[ord(name[0])] for name in names.values()]
-    assert modeling_pooled.read_tokenizer_settings is not None
 
 
 class _Tokenizer:
@@ -415,9 +411,8 @@ def test_a_funnel_multitask_model_reads_the_backbone_its_kind_of_heads_read(tmp_
         PooledMultiTaskConfig(backbone_config=_funnel_config(), tasks=sequence)
     )
     assert type(only_sequences.backbone).__name__ == "FunnelBaseModel"
-    only_sequences.export_head(
-        "topic", tmp_path / "topic"
-    )  # the standalone classifier reads the same backbone
+    # The standalone classifier reads the same backbone: exported.
+    only_sequences.export_head("topic", tmp_path / "topic")
     with_tokens = PooledForMultiTask(
         PooledMultiTaskConfig(
             backbone_config=_funnel_config(), tasks={**sequence, "tags": {"kind": "token", "num_labels": 3}}

@@ -72,19 +72,15 @@ def test_code_references_are_removed_from_the_backbone_config(tmp_path):
 
 def test_where_the_backbone_was_loaded_from_stays_off_disk(tmp_path):
     built = config()
-    built.backbone_config.name_or_path = (
-        "/home/someone/models/bert"  # as from_pretrained leaves a loaded backbone's
-    )
+    loaded_from = "/home/someone/models/bert"
+    built.backbone_config.name_or_path = loaded_from  # as from_pretrained leaves a loaded backbone's
     built.save_pretrained(tmp_path)
     saved_backbone = json.loads((tmp_path / "config.json").read_text())["backbone_config"]
-    # Blank, as transformers saves a backbone sub-config built in place (UperNetConfig().backbone_config's).
-    assert (
-        saved_backbone["_name_or_path"] == ""
-        and "/home/someone" not in (tmp_path / "config.json").read_text()
-    )
-    assert (
-        built.backbone_config.name_or_path == "/home/someone/models/bert"
-    )  # encode finds the tokenizer there
+    # Blank (or left out, as transformers before 5.20 saves sub-configs), as transformers saves a backbone sub-config
+    # built in place (UperNetConfig().backbone_config's).
+    assert saved_backbone.get("_name_or_path", "") == ""
+    assert loaded_from not in (tmp_path / "config.json").read_text()
+    assert built.backbone_config.name_or_path == loaded_from  # encode finds the tokenizer there
 
 
 def test_backbone_model_type_must_be_built_into_transformers():

@@ -1,13 +1,14 @@
 """PooledConfig: validation with clear errors, defaults filled in, exact JSON round trip, no code references."""
 
+import dataclasses
 import json
 
 import pytest
 from helpers import TINY_BACKBONES, tiny_backbone_config
 from huggingface_hub.errors import StrictDataclassFieldValidationError
-from transformers import AutoConfig, BertConfig
+from transformers import AutoConfig, BertConfig, PreTrainedConfig
 
-from pooled_models import POOLERS, PooledConfig
+from pooled_models import POOLERS, PooledConfig, PooledMultiTaskConfig
 
 
 def config(**settings):
@@ -223,3 +224,12 @@ def test_label_maps():
     built = config(id2label={0: "neg", 1: "pos"})
     assert built.num_labels == 2 and built.label2id == {"neg": 0, "pos": 1}
     assert config(num_labels=5).num_labels == 5
+
+
+@pytest.mark.parametrize("config_class", [PooledConfig, PooledMultiTaskConfig])
+def test_every_setting_is_a_typed_field_with_help_text(config_class):
+    base = {field.name for field in dataclasses.fields(PreTrainedConfig)}
+    own = [field for field in dataclasses.fields(config_class) if field.name not in base]
+    assert own and all(field.type is not None and not isinstance(field.type, str) for field in own)
+    undocumented = [field.name for field in own if f"    {field.name} (`" not in config_class.__doc__]
+    assert not undocumented, undocumented

@@ -30,6 +30,7 @@ from .configuration_pooled import (
     _clean_backbone_config,
     _serialised,
 )
+from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .pooling import POOLINGS
 from .problem_types import SINGLE_LABEL
@@ -129,6 +130,7 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     initializer_range: float | None = None
 
     def __post_init__(self, **kwargs):
+        refuse_engine_without_plugin()  # engines.py: vLLM without the plugin would serve another pooling
         self.backbone_config = _clean_backbone_config(self.backbone_config)
         super().__post_init__(**kwargs)
         if self.initializer_range is None:

@@ -25,6 +25,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 # that the registries are complete wherever the config is loaded, a trust_remote_code copy included (transformers
 # copies the files a module imports with "from .module import").
 from .compat import BACKBONE_SUB_CONFIGS, backbone_sub_config_defaults, default_backbone_config
+from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .label_tokens import LABEL_TOKEN_INITS  # also registers pooling "label_tokens"
 from .layer_pooling import LayerPooler  # noqa: F401  (registers the layer strategies)
@@ -239,6 +240,7 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
     embedding_max_length: int | None = None
 
     def __post_init__(self, **kwargs):
+        refuse_engine_without_plugin()  # engines.py: vLLM without the plugin would serve another pooling
         self.backbone_config = _clean_backbone_config(self.backbone_config)
         super().__post_init__(**kwargs)
         if self.id2label is not None and self.label2id is None:

@@ -41,6 +41,7 @@ from .backbone import (
 )
 from .configuration_pooled import LOAD_TIME_SETTINGS, PooledConfig
 from .encoding import SentenceEncoderMixin
+from .engines import refuse_engine_backend
 from .heads import HEADS, LabelTokenHead, multi_sample_logits
 from .inputs import check_inputs
 from .label_tokens import LabelEmbeddings
@@ -133,6 +134,7 @@ class PooledPreTrainedModel(PreTrainedModel):
     reads_every_token: ClassVar[bool] = False
 
     def __init__(self, config: PooledConfig, *inputs, **kwargs):
+        refuse_engine_backend(config)  # vLLM without the plugin: refused, never served with another pooling
         config.ensure_valid()  # a config edited by attribute is validated before modules are built from it
         if isinstance(config, PooledConfig):
             read_tokenizer_settings(config)

@@ -29,9 +29,7 @@ from collections import defaultdict
 
 import pytest
 import torch
-import transformers
 from helpers import run_without_package
-from packaging.version import Version
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import (
@@ -477,11 +475,6 @@ def test_remote_code_reload_of_a_sample_of_types(tmp_path):
         torch.testing.assert_close(torch.tensor(got[model_type]), torch.tensor(expected[model_type]))
 
 
-@pytest.mark.skipif(
-    Version(transformers.__version__) < Version("5.16"),
-    reason="the lists also name types transformers added in 5.16 (esmc, cohere_compass_text...), absent from older "
-    "versions; make test checks them against the newest",
-)
 def test_the_lists_name_only_types_of_the_installed_transformers():
     known = set(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES) | set(
         MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES

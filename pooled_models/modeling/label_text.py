@@ -43,7 +43,7 @@ from .label_text_layout import (
     split_joined,
 )
 from .label_token_layers import ALL_LAYERS, layer_stack
-from .label_tokens import _word_embeddings, enable_label_token_input
+from .label_tokens import _word_embeddings, enable_label_token_input, marker_input_refusal
 from .pooling import Pooler
 from .registry import POOLINGS
 from .text_config import max_positions_of, state_width_of, text_config_of
@@ -236,7 +236,21 @@ class LabelTextPooler(Pooler):
         self.label_rows = [row + [0] * (width - len(row)) for row in rows]
         self.label_row_mask = [[1] * len(row) + [0] * (width - len(row)) for row in rows]
 
+    @classmethod
+    def backbone_refusal(cls, backbone):
+        if getattr(backbone.config, "model_type", None) == "reformer":
+            return (
+                "runs each label's text through the backbone as a sequence of its own, but ReformerModel trains only "
+                "on sequences exactly as long as its axial_pos_shape multiplies out to"
+            )
+        return marker_input_refusal(
+            backbone,
+            reads="each label's own final states",
+            writes="a learned marker vector before every label",
+        )
+
     def check_backbone(self, backbone: nn.Module, position_budget: int | None) -> None:
+        super().check_backbone(backbone, position_budget)
         embeddings = _word_embeddings(backbone)
         width = embeddings.weight.shape[1]
         if self.label_embeddings.weight.shape[1] != width:
@@ -479,14 +493,16 @@ def _check_label_text_ids(config) -> None:
         f"label_text_ids must hold one list of token ids per label ({num_labels}), got "
         f"{len(ids) if isinstance(ids, list) else type(ids).__name__}.",
     )
-    vocab_size = text_config_of(config).vocab_size
+    # A backbone without a token vocabulary (Canine) has no vocab_size: the model refuses it when built, by name.
+    vocab_size = getattr(text_config_of(config), "vocab_size", None)
     for label, token_ids in enumerate(ids):
         _require(
             isinstance(token_ids, list)
             and len(token_ids) >= 2
             and all(
-                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in token_ids
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < (vocab_size or i + 1)
+                for i in token_ids
             ),
             f"label_text_ids[{label}] = {token_ids!r} must list the marker's slot and at least one token id, all in "
-            f"[0, {vocab_size - 1}].",
+            f"[0, {vocab_size - 1 if vocab_size else 'the vocabulary'}].",
         )

@@ -7,6 +7,7 @@ other ways (other groupings, other orders, labels given at call time), so every 
 import pytest
 import torch
 from helpers import assert_padding_and_batching_invariant, random_batch, tiny_backbone_config
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 
 from pooled_models import PooledConfig, PooledForSequenceClassification, PooledModel
 from pooled_models.modeling.label_text import pad_label_ids
@@ -190,11 +191,16 @@ def test_the_encoder_gives_one_vector_per_label():
 
 
 def test_bad_settings_name_the_setting_and_the_choices():
+    # Closed choices are typed fields: refused as they are set, naming the choices.
     with pytest.raises(
-        ValueError, match=r"Unknown label_text_scorer 'both'. Valid choices: shared, per_label"
+        StrictDataclassFieldValidationError,
+        match=r"field 'label_text_scorer'(.|\n)*expected one of \('per_label', 'shared'\)",
     ):
         text_model(scorer="both")
-    with pytest.raises(ValueError, match=r"Unknown label_text_pooling 'first'. Valid choices: mean, marker"):
+    with pytest.raises(
+        StrictDataclassFieldValidationError,
+        match=r"field 'label_text_pooling'(.|\n)*expected one of \('mean', 'marker'\)",
+    ):
         text_model(label_text_pooling="first")
     with pytest.raises(
         ValueError, match=r"label_text_layers must be 'all' or an integer in \[0, num_hidden_layers=2"

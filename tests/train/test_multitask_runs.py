@@ -18,14 +18,16 @@ from helpers import (
 )
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForTokenClassification, TrainerCallback, pipeline
+from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer, TrainerCallback, pipeline
 
 from pooled_models import PooledForMultiTask, PooledForTokenClassification
 from pooled_models.errors import UsageError
-from pooled_models.train.cli import HEAD_LEARNING_RATE, run
-from pooled_models.train.data import TaskSpec
-from pooled_models.train.data.batching import MultiTaskCollator, MultiTaskRows
-from pooled_models.train.trainer import MultiTaskTrainer
+from pooled_models.thresholds import tune_thresholds
+from pooled_models.train.arguments import HEAD_LEARNING_RATE, DataArguments
+from pooled_models.train.cli import run
+from pooled_models.train.data.multitask import MultiTaskRows, TaskCollator
+from pooled_models.train.tasks import TaskSpec
+from pooled_models.train.trainer import PooledTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -133,7 +135,10 @@ def test_a_token_run_writes_word_predictions_a_card_and_works_in_pipeline(token_
         "we went to Paris"
     )
     assert [(group["entity_group"], group["word"]) for group in groups] == [("LOC", "paris")]
-    assert result.examples and "LOC 'paris'" in result.examples[0][1]["entities"]
+    # the example answers are the saved model's, through pipeline(): the same entity
+    ((text, answers),) = result.examples
+    assert text == "we went to Paris today"
+    assert [(answer["entity_group"], answer["word"]) for answer in answers["tokens"]] == [("LOC", "paris")]
 
 
 def test_a_token_run_reads_conll_files(tiny_backbone_path, tmp_path):
@@ -193,7 +198,17 @@ def multitask_run(tiny_backbone_path, tmp_path_factory, one_torch_thread):
         load_best_model_at_end=True, metric_for_best_model="topic_f1_macro", example_texts=["we met in Rome"]
     )
     record = RecordSteps()
-    result = run_config(config, tmp_path, tiny_backbone_path, "--num_train_epochs", "4", callbacks=[record])
+    record.samplers = []
+    with pytest.MonkeyPatch.context() as patch:
+        original = PooledTrainer._get_eval_sampler
+
+        def recording(self, dataset):
+            sampler = original(self, dataset)
+            record.samplers.append((dataset[0]["task"], len(dataset), type(sampler).__name__))
+            return sampler
+
+        patch.setattr(PooledTrainer, "_get_eval_sampler", recording)
+        result = run_config(config, tmp_path, tiny_backbone_path, "--num_train_epochs", "4", callbacks=[record])
     return result, record
 
 
@@ -222,6 +237,15 @@ def test_every_task_is_evaluated_with_its_own_metrics(multitask_run):
     )
 
 
+def test_every_tasks_evaluation_and_prediction_is_sorted_by_length(multitask_run):
+    # train.py's default --length_sorted_eval applies to every task of a run of tasks, token tasks included.
+    _, record = multitask_run
+    assert {(task, sampler) for task, _, sampler in record.samplers} == {
+        (task, "LengthSortedSampler") for task in ("topic", "tags", "length", "places")
+    }
+    assert {(task, rows) for task, rows, _ in record.samplers} >= {("places", 24), ("topic", 24), ("tags", 16)}
+
+
 def test_the_best_model_is_chosen_by_one_tasks_metric(multitask_run):
     result, _ = multitask_run
     state = json.loads((result.output_dir / "trainer_state.json").read_text())
@@ -240,7 +264,18 @@ def test_the_published_multitask_model_holds_every_head_and_the_tuned_threshold(
     # train.py's label-token defaults, as a single-task run has them: the top 2 layers, one-way attention
     assert model.config.tasks["tags"]["label_token_layers"] == 2
     assert model.config.tasks["tags"]["label_token_attention"] == "one_way"
-    assert isinstance(model.config.tasks["tags"]["decision_threshold"], float)  # tuned on validation
+    # tuned on validation: what tune_thresholds gives on the saved model's validation scores of the task
+    threshold = model.config.tasks["tags"]["decision_threshold"]
+    validation = multi_label_rows(16, 1)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        inputs = tokenizer([row["text"] for row in validation], padding=True, return_tensors="pt")
+        scores = torch.sigmoid(model.eval()(**inputs, task="tags").logits).numpy()
+    names = ["food", "music", "sport"]
+    targets = [[float(name in row["label"]) for name in names] for row in validation]
+    assert threshold == pytest.approx(
+        tune_thresholds(scores, targets, per_label=False, average="micro"), abs=1e-4
+    )
     assert model.config.tasks["length"]["problem_type"] == "regression"
     for name in ("topic", "tags", "length", "places"):
         assert (folder / f"predictions_{name}.jsonl").is_file()
@@ -253,9 +288,11 @@ def test_the_published_multitask_model_holds_every_head_and_the_tuned_threshold(
     groups = pipeline(
         "token-classification", model=str(tmp_path / "places_only"), aggregation_strategy="simple"
     )
-    assert all(group["entity_group"] == "LOC" for group in groups("we met in Rome"))
-    answers = result.examples[0][1]
-    assert set(answers) == {"topic", "tags", "length", "places"}
+    found = groups("we met in Rome")
+    assert found and all(group["entity_group"] == "LOC" for group in found)
+    ((text, answers),) = result.examples
+    assert text == "we met in Rome" and set(answers) == {"topic", "tags", "length", "places"}
+    assert [(answer["entity_group"], answer["word"]) for answer in answers["places"]] == [("LOC", "Rome")]
 
 
 def test_heads_train_at_their_own_rate_and_frozen_parts_do_not_change(multitask_run):
@@ -271,7 +308,7 @@ def test_heads_train_at_their_own_rate_and_frozen_parts_do_not_change(multitask_
 
 def test_a_curriculum_trains_the_first_task_alone_first(tiny_backbone_path, tmp_path, monkeypatch):
     seen = []
-    original = MultiTaskTrainer.compute_loss
+    original = PooledTrainer.compute_loss
 
     lengths = []
 
@@ -281,7 +318,7 @@ def test_a_curriculum_trains_the_first_task_alone_first(tiny_backbone_path, tmp_
             lengths.append(self.task_sampler.lengths)
         return original(self, model, inputs, *args, **kwargs)
 
-    monkeypatch.setattr(MultiTaskTrainer, "compute_loss", recording)
+    monkeypatch.setattr(PooledTrainer, "compute_loss", recording)
     config = multitask_config(
         tmp_path, topic={"start_epoch": 1}, tags={"start_epoch": 2}, length={"start_epoch": 2}
     )
@@ -297,18 +334,16 @@ def test_a_curriculum_trains_the_first_task_alone_first(tiny_backbone_path, tmp_
 
 
 def test_a_tasks_loss_weight_scales_its_training_loss_only(tiny_backbone_path, tmp_path):
-    from transformers import AutoTokenizer, TrainingArguments
-
-    from pooled_models.train.cli import DataArguments
+    from transformers import TrainingArguments
 
     model = tiny_multitask_model().train()
     tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
     specs = [TaskSpec("team", "sequence", DataArguments(), loss_weight=3.0)]
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
-    trainer = MultiTaskTrainer(
+    trainer = PooledTrainer(
         model=model,
         args=args,
-        data_collator=MultiTaskCollator(tokenizer, {"team": "sequence"}),
+        data_collator=TaskCollator(tokenizer, {"team": "sequence"}),
         tasks=specs,
         train_dataset=MultiTaskRows({"team": [{"input_ids": [5, 6, 7], "labels": 1}]}),
     )

@@ -8,7 +8,7 @@ from datasets import ClassLabel, Features, List, Value
 from helpers import bad_run, multi_label_rows, pair_regression_rows, topic_rows, train, write_rows
 
 from pooled_models.errors import DataError
-from pooled_models.train.data.sequence import Labels, detect_problem_type
+from pooled_models.train.data.labels import Labels, detect_problem_type
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -261,8 +261,8 @@ def test_features_of_a_hub_style_dataset_are_used(tmp_path):
     Dataset.from_dict({"text": ["bad", "good", "fine"], "label": [0, 1, 1]}, features=features).to_parquet(
         tmp_path / "train.parquet"
     )
-    from pooled_models.train.cli import DataArguments
-    from pooled_models.train.data.sequence import load_splits
+    from pooled_models.train.arguments import DataArguments
+    from pooled_models.train.data.files import load_splits
 
     arguments = DataArguments(train_file=str(tmp_path / "train.parquet"))
     split = load_splits(arguments, ["train"])["train"]

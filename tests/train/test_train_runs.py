@@ -109,10 +109,21 @@ def test_quickstart_model_loads_with_its_labels_and_matches_the_reported_metrics
 
 
 def test_quickstart_classifies_the_example_texts_with_pipeline(quickstart):
+    from transformers import AutoTokenizer
+
     texts = yaml.safe_load((REPO / "configs/quickstart.yaml").read_text())["example_texts"]
     assert [text for text, _ in quickstart.examples] == texts
-    for _, result in quickstart.examples:
-        assert result[0]["label"] in TEAMS and 0 < result[0]["score"] <= 1
+    # Each answer is the saved model's own prediction: its best label, with that label's probability.
+    folder = quickstart.output_dir
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    for text, answers in quickstart.examples:
+        with torch.no_grad():
+            scores = model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0]
+        best = int(scores.argmax())
+        ((answer,),) = answers.values()  # the one task's one best label
+        assert answer["label"] == model.config.id2label[best] and answer["label"] in TEAMS
+        assert answer["score"] == pytest.approx(scores[best].item(), abs=1e-5)
 
 
 def test_model_card_metadata_and_evaluation_table_hold_the_run(quickstart):
@@ -496,7 +507,7 @@ def test_push_to_hub_uploads_the_finished_folder(tiny_backbone_path, tmp_path, m
 
 def test_fast_settings_are_valid_flags():
     # FAST is shared by these tests; a typo there would silently test something else.
-    from pooled_models.train.cli import parse_arguments
+    from pooled_models.train.arguments import parse_arguments
 
     _, _, training_args = parse_arguments(["--output_dir", "x", *FAST])
     assert training_args.learning_rate == 1e-3 and training_args.num_train_epochs == 3

@@ -20,7 +20,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from pooled_models.errors import UsageError
 from pooled_models.modeling.losses import classification_loss
-from pooled_models.train.cli import PooledTrainingArguments, _parser, parse_arguments
+from pooled_models.train.arguments import PooledTrainingArguments, parse_arguments, parser
 from pooled_models.train.options import head_parameters
 from pooled_models.train.options.layerwise_decay import layerwise_learning_rates
 from pooled_models.train.trainer import PooledTrainer, check_training_options
@@ -334,7 +334,7 @@ def test_label_smoothing_outside_its_range_is_refused(value):
 
 
 def test_help_says_what_label_smoothing_does_for_each_kind_of_head():
-    text = " ".join(_parser().format_help().split())
+    text = " ".join(parser().format_help().split())
     assert "--label_smoothing_factor" in text
     assert "multi-label runs train their multi-label loss on targets y * (1 - epsilon) + epsilon / 2" in text
 

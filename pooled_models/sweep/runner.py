@@ -259,8 +259,8 @@ def _is_number_or_list(value: Any) -> bool:
 def _check_data(train_arguments: list[str], report_dir: Path) -> tuple[str, str, dict[str, Any]]:
     """Check the data once, before any run, and return the problem type, the metric the sweep ranks by (train.py's
     best-model metric, on the test split when it is labelled, else on validation) and the settings all runs share."""
-    from ..train.plan import needed_splits
     from ..train.data.sequence import prepare_splits
+    from ..train.plan import needed_splits
 
     model_args, data_args, training_args = parse_arguments(
         _run_arguments(train_arguments, None, DEFAULT_SEED, report_dir / "runs" / "check")

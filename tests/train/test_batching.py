@@ -341,8 +341,12 @@ def test_every_tasks_evaluation_is_sorted_by_length_token_tasks_included(two_tas
     # Timings aside, and the losses: Trainer's evaluation_loop weighs each batch's loss by the first batch's size, so
     # batches of several sizes (the sorted ones) give another mean loss than fixed-size batches of the same rows.
     quality = [key for key in plain if not key.endswith(("time", "per_second", "epoch", "loss"))]
-    assert {"eval_places_f1", "eval_topic_f1_macro", "eval_mean_score"} <= set(quality) and "eval_loss" in scores
-    assert {key: scores[key] for key in quality} == pytest.approx({key: plain[key] for key in quality}, abs=1e-5)
+    assert {"eval_places_f1", "eval_topic_f1_macro", "eval_mean_score"} <= set(
+        quality
+    ) and "eval_loss" in scores
+    assert {key: scores[key] for key in quality} == pytest.approx(
+        {key: plain[key] for key in quality}, abs=1e-5
+    )
     # The same rows, far less padding: both tasks' batches were cut to sorted lengths.
     assert sorted_run.data_collator.real == in_order.data_collator.real
     assert sorted_run.data_collator.real / sorted_run.data_collator.computed > 0.9

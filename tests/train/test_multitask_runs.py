@@ -208,7 +208,9 @@ def multitask_run(tiny_backbone_path, tmp_path_factory, one_torch_thread):
             return sampler
 
         patch.setattr(PooledTrainer, "_get_eval_sampler", recording)
-        result = run_config(config, tmp_path, tiny_backbone_path, "--num_train_epochs", "4", callbacks=[record])
+        result = run_config(
+            config, tmp_path, tiny_backbone_path, "--num_train_epochs", "4", callbacks=[record]
+        )
     return result, record
 
 
@@ -243,7 +245,11 @@ def test_every_tasks_evaluation_and_prediction_is_sorted_by_length(multitask_run
     assert {(task, sampler) for task, _, sampler in record.samplers} == {
         (task, "LengthSortedSampler") for task in ("topic", "tags", "length", "places")
     }
-    assert {(task, rows) for task, rows, _ in record.samplers} >= {("places", 24), ("topic", 24), ("tags", 16)}
+    assert {(task, rows) for task, rows, _ in record.samplers} >= {
+        ("places", 24),
+        ("topic", 24),
+        ("tags", 16),
+    }
 
 
 def test_the_best_model_is_chosen_by_one_tasks_metric(multitask_run):

@@ -318,10 +318,12 @@ def describe_model(model, base_model: str, parameters: int) -> str:
     return f"Model: {name} on {base_model}{family}{built}; {count(parameters)} parameters, {share}"
 
 
-def print_summary(output_dir: Path, metrics: dict[str, float], examples, kinds: dict[str, str]) -> None:
+def print_summary(
+    output_dir: Path, metrics: dict[str, float], examples, kinds: dict[str, str], single: bool
+) -> None:
     """The end of a run: how training went, the scores, where the model is, the saved model's answers for the example
-    texts (``[(text, {task: answers})]``) and how to use it. ``kinds``: task -> kind, in task order."""
-    single = len(kinds) == 1
+    texts (``[(text, {task: answers})]``) and how to use it. ``kinds``: task -> kind, in task order; ``single``: the
+    model published is one task's (a classifier), not a multi-task model."""
     _print_evaluation(output_dir, metrics, width=28 if single else 32)  # task names make metric names longer
     if examples and single:
         print("The saved model, loaded with pipeline():")
@@ -333,7 +335,7 @@ def print_summary(output_dir: Path, metrics: dict[str, float], examples, kinds: 
             print(f"  {text!r}")
             for task, answer in answers.items():
                 print(f"      {task}: {answer_text(answer)}")
-    _print_usage(_usage(output_dir, kinds))
+    _print_usage(_usage(output_dir, kinds, single))
 
 
 def answer_text(answers: list[dict[str, Any]]) -> str:
@@ -365,10 +367,10 @@ def _print_evaluation(output_dir: Path, metrics: dict[str, float], width: int) -
     print(f"Saved to: {output_dir}")
 
 
-def _usage(output_dir: Path, kinds: dict[str, str]) -> list[str]:
-    """How to use the saved model: ``pipeline()`` for one task's model, ``PooledForMultiTask`` for several."""
+def _usage(output_dir: Path, kinds: dict[str, str], single: bool) -> list[str]:
+    """How to use the saved model: ``pipeline()`` for one task's model, ``PooledForMultiTask`` for a multi-task one."""
     model = _model_literal(output_dir)
-    if len(kinds) > 1:
+    if not single:
         first = next((name for name, kind in kinds.items() if kind == "token"), next(iter(kinds)))
         return [
             f"model = pooled_models.PooledForMultiTask.from_pretrained({model})  # model(**inputs)[task].logits",

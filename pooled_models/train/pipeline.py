@@ -172,6 +172,7 @@ def _trainer(plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callba
         data_collator=TaskCollator(tokenizer, {name: task.kind for name, task in tasks.items()}),
         callbacks=callbacks_for(args) + list(callbacks),
         tasks=[task.spec for task in plan.tasks.values()],
+        name_tasks=not plan.single,
     )
 
 
@@ -242,8 +243,8 @@ def _publish(plan: RunPlan, staging, model, tasks, metrics, parameters: int) -> 
         push_folder(output_dir, plan.trainer_args)
     kinds = {name: task.kind for name, task in plan.tasks.items()}
     texts = list(plan.example_texts)
-    examples = example_answers(output_dir, texts, kinds) if texts else []
-    print_summary(output_dir, metrics, examples, kinds)
+    examples = example_answers(output_dir, texts, kinds, plan.single) if texts else []
+    print_summary(output_dir, metrics, examples, kinds, plan.single)
     return RunResult(output_dir=output_dir, metrics=metrics, examples=examples, parameters=parameters)
 
 

@@ -94,10 +94,6 @@ class RunPlan:
         """One task, published as its own head's model: metrics, files and card name no task."""
         return self.publishes != "multitask"
 
-    def metric_prefix(self, prefix: str, task: str) -> str:
-        """``eval`` for the task of a single-task run, ``eval_<task>`` for a task among several."""
-        return prefix if self.single else f"{prefix}_{task}"
-
 
 def needed_splits(training_args) -> list[str]:
     """The splits the run needs: train (do_train), validation (do_eval), test (do_predict)."""

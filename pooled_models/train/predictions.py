@@ -114,12 +114,13 @@ def write_results(folder: Path, metrics: dict[str, float], training_args) -> Non
 Answers = list[tuple[str, dict[str, list[dict[str, Any]]]]]
 
 
-def example_answers(output_dir: Path, texts: list[str], kinds: dict[str, str]) -> Answers:
+def example_answers(output_dir: Path, texts: list[str], kinds: dict[str, str], single: bool) -> Answers:
     """The saved model's answers, ``[(text, {task: answers})]``, loaded as a user would load it: ``pipeline()`` for
-    the model of one task, ``PooledForMultiTask`` for several (``kinds``: task -> kind). A sequence task's answers are
+    the model of one task (``single``), ``PooledForMultiTask`` for a multi-task model (``kinds``: task -> kind). A
+    sequence task's answers are
     ``{"label", "score"}`` (the best label; each predicted label of a multi-label task), a regression's ``{"score"}``,
     a token task's entities ``{"entity_group", "word", "score"}``."""
-    if len(kinds) == 1:
+    if single:
         ((task, kind),) = kinds.items()
         return [
             (text, {task: answer})

@@ -64,7 +64,7 @@ class PooledTrainer(Trainer):
     group_by_length, shuffles the evaluation order, and ``predict`` then returns rows in that shuffled order.)
     """
 
-    def __init__(self, *args, tasks: list[TaskSpec] | None = None, **kwargs):
+    def __init__(self, *args, tasks: list[TaskSpec] | None = None, name_tasks: bool | None = None, **kwargs):
         with warnings.catch_warnings():
             # Our compute_loss smooths multi-label targets too (label_smoothing.py); Trainer's warning that it cannot
             # would be wrong.
@@ -75,17 +75,14 @@ class PooledTrainer(Trainer):
         # Without tasks: one sequence task, scored by the caller's compute_metrics (a Trainer used on its own).
         self.tasks = {spec.name: spec for spec in tasks or [TaskSpec("", SEQUENCE, data=None)]}
         self.scores_tasks = bool(tasks)
+        # Metrics named by task (eval_<task>_f1) with their mean: a run of several tasks, or a multi-task model's run.
+        self.name_tasks = len(self.tasks) > 1 if name_tasks is None else name_tasks
         self.task_sampler: TaskBatchSampler | None = None
-        if len(self.tasks) > 1:
-            self.add_callback(_SamplerEpoch(self))
-
-    @property
-    def several(self) -> bool:
-        return len(self.tasks) > 1
+        self.add_callback(_SamplerEpoch(self))
 
     def metric_prefix(self, prefix: str, task: str) -> str:
         """A task's metrics are ``eval_<metric>`` in a run of one task, ``eval_<task>_<metric>`` among several."""
-        return f"{prefix}_{task}" if self.several else prefix
+        return f"{prefix}_{task}" if self.name_tasks else prefix
 
     # -- the loss ----------------------------------------------------------------------------------------------
 
@@ -202,7 +199,7 @@ class PooledTrainer(Trainer):
                 )
             metrics.update(output.metrics)
             rows, steps = rows + output.num_samples, steps + len(loader)
-        if self.several:
+        if self.name_tasks:
             kinds = {name: spec.kind for name, spec in self.tasks.items() if name in datasets}
             metrics.update(summary_metrics(self.model, kinds, metrics, metric_key_prefix))
         metrics.update(speed_metrics(metric_key_prefix, start, num_samples=rows, num_steps=steps))

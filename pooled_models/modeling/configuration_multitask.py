@@ -16,10 +16,11 @@ import dataclasses
 import re
 from typing import Any
 
-from transformers import AutoConfig
-from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
+from transformers.configuration_utils import PreTrainedConfig
 
+from .compat import BACKBONE_SUB_CONFIGS, backbone_sub_config_defaults
 from .configuration_pooled import BUILT_WITH, PooledConfig, _clean_backbone_config
+from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .pooling import POOLINGS
 from .problem_types import SINGLE_LABEL
@@ -104,7 +105,11 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     """
 
     model_type = "pooled_multitask"
-    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    sub_configs_defaults = backbone_sub_config_defaults()  # compat.py: empty before transformers 5.20
+    sub_configs = BACKBONE_SUB_CONFIGS
+    # A multi-task config has no default tasks: transformers before 5.20 would otherwise build one without arguments
+    # to compare against when it saves (to_diff_dict, _get_generation_parameters); later versions read no such flag.
+    has_no_defaults_at_init = True
 
     backbone_config: dict | PreTrainedConfig | None = None
     tasks: dict[str, dict[str, Any]] | None = None
@@ -114,6 +119,7 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     initializer_range: float | None = None
 
     def __post_init__(self, **kwargs):
+        refuse_engine_without_plugin()  # engines.py: vLLM without the plugin would serve another pooling
         self.backbone_config = _clean_backbone_config(self.backbone_config)
         super().__post_init__(**kwargs)
         if self.initializer_range is None:

@@ -11,13 +11,14 @@ import copy
 import dataclasses
 from typing import Any
 
-from transformers import AutoConfig
-from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
+from transformers.configuration_utils import PreTrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 # The parts a config chooses among register themselves where they are defined; these modules are imported here so
 # that the registries are complete wherever the config is loaded, a trust_remote_code copy included (transformers
 # copies the files a module imports with "from .module import").
+from .compat import BACKBONE_SUB_CONFIGS, backbone_sub_config_defaults, default_backbone_config
+from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .label_tokens import LABEL_TOKEN_INITS  # also registers pooling "label_tokens"
 from .layer_pooling import LayerPooler  # noqa: F401  (registers the layer strategies)
@@ -203,7 +204,8 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
     """
 
     model_type = "pooled"
-    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    sub_configs_defaults = backbone_sub_config_defaults()  # compat.py: empty before transformers 5.20
+    sub_configs = BACKBONE_SUB_CONFIGS
 
     backbone_config: dict | PreTrainedConfig | None = None
     pooling: str = "mean"
@@ -240,6 +242,7 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
     embedding_max_length: int | None = None
 
     def __post_init__(self, **kwargs):
+        refuse_engine_without_plugin()  # engines.py: vLLM without the plugin would serve another pooling
         self.backbone_config = _clean_backbone_config(self.backbone_config)
         super().__post_init__(**kwargs)
         if self.id2label is not None and self.label2id is None:
@@ -517,7 +520,7 @@ def _backbone_dropout(backbone_config: PreTrainedConfig) -> float:
 def _clean_backbone_config(backbone_config: Any) -> PreTrainedConfig | None:
     """A copy of the backbone config, built from transformers' own class, without code references."""
     if backbone_config is None:
-        return None  # PreTrainedConfig falls back to the sub-config default (BERT-base)
+        return default_backbone_config()  # BERT-base (built by transformers' SubConfigSpec where it has one)
     if isinstance(backbone_config, PreTrainedConfig):
         config_dict = backbone_config.to_dict()
     elif isinstance(backbone_config, dict):

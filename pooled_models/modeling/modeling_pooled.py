@@ -40,6 +40,7 @@ from .backbone import (
 )
 from .configuration_pooled import WATCHED, PooledConfig
 from .encoding import SentenceEncoderMixin
+from .engines import refuse_engine_backend
 from .heads import HEADS, LabelTokenHead, multi_sample_logits
 from .inputs import check_inputs
 from .label_tokens import LabelEmbeddings
@@ -96,6 +97,7 @@ class PooledPreTrainedModel(PreTrainedModel):
     accepts_loss_kwargs = False
 
     def __init__(self, config: PooledConfig, *inputs, **kwargs):
+        refuse_engine_backend(config)  # vLLM without the plugin: refused, never served with another pooling
         config.ensure_valid()  # a config edited by attribute is validated before modules are built from it
         super().__init__(config, *inputs, **kwargs)
 

@@ -28,6 +28,7 @@ from torch import nn
 from transformers import PreTrainedConfig
 from transformers import initialization as init
 
+from .compat import SELECTS_HIDDEN_STATES
 from .registry import POOLINGS, Component
 from .text_config import state_width_of
 
@@ -114,6 +115,15 @@ def hidden_states_request(caller: bool | int | list[int] | None, read: list[int]
     """What to ask the backbone for: the hidden states the caller asked for (``True``, or a selection: an index or
     a list of them, as transformers 5 takes), and those the pooler reads. A selection keeps the other layers'
     states from being kept at all."""
+    request = _combined_request(caller, read)
+    if not SELECTS_HIDDEN_STATES and request is not None and not isinstance(request, bool):
+        # transformers before 5.23 takes a flag only: every hidden state, from which the pooler reads its layers and
+        # hidden_states_for_caller gives the caller its selection (the same states, kept a little longer).
+        return True
+    return request
+
+
+def _combined_request(caller: bool | int | list[int] | None, read: list[int] | None):
     if read is None or caller is True:
         return caller
     if caller is None or caller is False:

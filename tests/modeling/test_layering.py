@@ -17,6 +17,8 @@ MODELING = PACKAGE / "modeling"
 # Small shared pieces: they import nothing of the package, or only one another.
 # Outside the rooms: the public API's ONNX export (a client of the model room only).
 EXPORT = "pooled_models.export"
+# The vLLM plugin (vLLM loads it through its entry point): the only room that imports vllm, and no room imports it.
+SERVING = "pooled_models.serving"
 LEAVES = {
     "pooled_models.modeling.problem_types",
     "pooled_models.modeling.registry",
@@ -124,6 +126,16 @@ def test_rooms_import_one_way_and_leaves_import_no_room():
                 name,
                 imported,
             )
+        elif name.startswith(
+            SERVING
+        ):  # the vLLM plugin: a client of the model room (and of the Auto registration)
+            assert all(
+                target == "pooled_models" or target.startswith(("pooled_models.modeling", SERVING))
+                for target in imported
+            ), (
+                name,
+                imported,
+            )
         elif name in ("pooled_models", EXPORT):
             assert all(
                 target.startswith("pooled_models.modeling") or target == EXPORT for target in imported
@@ -151,3 +163,13 @@ def test_there_is_no_import_cycle():
 
     for module in graph:
         visit(module, [])
+
+
+def test_only_the_serving_room_imports_vllm_and_no_room_imports_it():
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        if not name.startswith(SERVING):
+            assert not any(
+                module.split(".")[0] == "vllm" for module, level, _ in imports_of(path) if not level
+            ), name
+            assert not any(target.startswith(SERVING) for target in package_imports(path)), name

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 import pooled_models  # noqa: F401  (registers the Auto classes)
+from pooled_models.modeling.compat import SubConfigSpec
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "v0_1_0"
 RECORDED = json.loads((FIXTURES / "expected.json").read_text())
@@ -27,6 +28,12 @@ def test_a_0_1_0_checkpoint_loads_with_the_package_and_gives_its_logits(name):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    SubConfigSpec is None,
+    reason="the code files 0.1.0 saved import transformers' SubConfigSpec, added in transformers 5.20: on older "
+    "versions they load with the package installed (the test above), and a checkpoint saved again carries code that "
+    "imports on every version of the declared range",
+)
 def test_0_1_0_checkpoints_load_without_the_package(tmp_path):
     script = f"""
         import json, sys, torch

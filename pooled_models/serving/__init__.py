@@ -1,0 +1,38 @@
+"""Serving pooled checkpoints with vLLM: the ``vllm.general_plugins`` entry point of ``pooled_models[vllm]``.
+
+vLLM calls :func:`register` in each of its processes. It registers ``PooledConfig`` with transformers' ``AutoConfig``
+(by importing the package, so vLLM reads a pooled config.json without remote code) and the pooled architectures with
+vLLM's ``ModelRegistry``, by ``module:class`` name so that nothing of vLLM's model code is imported until a pooled
+checkpoint is loaded. This room is the only one that imports vllm; the model room never imports it.
+"""
+
+from __future__ import annotations
+
+from .support import REFUSED_ARCHITECTURES, SERVED_ARCHITECTURES
+
+__all__ = ["register", "registered"]
+
+# Set once register() has run in this process: a pooled config that vLLM builds before it is refused with a message
+# naming the plugin (modeling/engines.py reads it).
+registered = False
+
+
+# The class vLLM builds for each pooled architecture (serving/model.py), named so that the registry imports it lazily.
+MODEL_CLASSES = {
+    "PooledForSequenceClassification": "ServedPooledClassifier",
+    "PooledModel": "ServedPooledModel",
+    **dict.fromkeys(REFUSED_ARCHITECTURES, "RefusedPooledArchitecture"),
+}
+assert set(MODEL_CLASSES) == {*SERVED_ARCHITECTURES, *REFUSED_ARCHITECTURES}
+
+
+def register() -> None:
+    """Register PooledConfig with AutoConfig and every pooled architecture with vLLM's ModelRegistry."""
+    from vllm import ModelRegistry
+
+    import pooled_models  # noqa: F401  (registers PooledConfig with AutoConfig)
+
+    global registered
+    for architecture, class_name in MODEL_CLASSES.items():
+        ModelRegistry.register_model(architecture, f"{__name__}.model:{class_name}")
+    registered = True

@@ -1,0 +1,164 @@
+"""The models vLLM builds for pooled checkpoints: vLLM's own backbone, the checkpoint's pooler and head on top.
+
+``PooledForSequenceClassification`` checkpoints serve ``classify``, ``PooledModel``
+checkpoints serve ``embed``. What cannot be served exactly is refused when vLLM builds the model, with the reason and
+what to do instead (``support.refusal``). Weights load strictly: every checkpoint key goes to one parameter (through the
+package's own renaming of earlier layouts), and every parameter comes from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import ClassVar
+
+import torch
+from torch import nn
+from vllm.config import VllmConfig
+from vllm.model_executor.models.interfaces_base import default_pooling_type
+from vllm.model_executor.models.utils import maybe_prefix
+
+from ..modeling.layer_pooling import _num_hidden_states
+from ..modeling.modeling_pooled import PooledClassifier, PooledForSequenceClassification, PooledModel
+from ..modeling.pooling import build_pooler
+from .backbones import backbone_for
+from .pooler import PooledModelPooler
+from .support import REFUSED_ARCHITECTURES, refusal, served_tasks
+
+__all__ = ["ServedPooledClassifier", "ServedPooledModel", "RefusedPooledArchitecture"]
+
+BACKBONE = "backbone."
+
+
+# CLS as the default pooling type is what makes vLLM treat the model as bidirectional ("encoder_only",
+# ModelConfig.attn_type): it then never splits a prompt over several steps (chunked prefill) nor serves part of it from
+# the prefix cache, so the pooler always sees every token of every prompt. The pooling itself is the checkpoint's; vLLM's
+# CLS pooler is never built.
+@default_pooling_type(seq_pooling_type="CLS")
+class _ServedPooled(nn.Module):
+    is_pooling_model = True
+    architecture: ClassVar[str] = ""
+    # The package's renaming of checkpoint keys of earlier layouts (regex -> replacement, in order).
+    legacy_key_mapping: ClassVar[dict[str, str]] = {}
+    # Checkpoint prefix -> the attribute of PooledModelPooler that holds those weights.
+    own_prefixes: ClassVar[dict[str, str]] = {}
+    # Checkpoint prefixes of weights the model does not use (a tuple for str.startswith; never a real prefix).
+    ignored_prefixes: ClassVar[tuple[str, ...]] = ("\0",)
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        reason = refusal(config, self.architecture)
+        if reason is not None:
+            raise ValueError(reason)
+        self.config = config
+        self.family, backbone_architecture = backbone_for(config.backbone_config.model_type)
+        backbone_config = vllm_config.with_hf_config(
+            config.backbone_config, architectures=[backbone_architecture]
+        )
+        self.backbone = self.family.build(backbone_config, maybe_prefix(prefix, "backbone"))
+        pooling, head = self.pooled_parts(config)
+        self.layers = pooling.hidden_states_read
+        self.pooler = PooledModelPooler(
+            config,
+            pooling,
+            head,
+            served_tasks(self.architecture),
+            self.layers,
+            _num_hidden_states(config) if self.layers is not None else 0,
+        )
+
+    @staticmethod
+    def pooled_parts(config) -> tuple[nn.Module, nn.Module | None]:
+        raise NotImplementedError
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.backbone.embed_input_ids(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        intermediate_tensors=None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if inputs_embeds is not None:
+            raise ValueError("pooled_models' vLLM models take token ids, not prompt embeddings")
+        return self.family.run(self.backbone, input_ids, positions, self.layers)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        backbone, own, unexpected = [], {}, []
+        for name, tensor in weights:
+            name = self._renamed(name)
+            own_name = self._own_name(name)
+            if name.startswith(BACKBONE):
+                backbone.append((name[len(BACKBONE) :], tensor))
+            elif own_name is not None:
+                own[own_name] = tensor
+            elif not name.startswith(self.ignored_prefixes):
+                unexpected.append(name)
+        if unexpected:
+            raise ValueError(
+                f"the checkpoint holds weights {self.architecture} has no place for: {sorted(unexpected)}"
+            )
+        loaded = {BACKBONE + name for name in self.family.load_weights(self.backbone, backbone)}
+        missing = {BACKBONE + name for name, _ in self.backbone.named_parameters()} - loaded
+        if missing:
+            raise ValueError(f"the checkpoint has no weights for the backbone's {sorted(missing)}")
+        self.pooler.load_state_dict(own, strict=True)  # raises naming missing and unexpected keys
+        return loaded | {f"pooler.{name}" for name in own}
+
+    def _own_name(self, name: str) -> str | None:
+        """The name in PooledModelPooler of a checkpoint weight of the pooler or head, or None."""
+        for prefix, target in self.own_prefixes.items():
+            if name.startswith(prefix):
+                return target + name[len(prefix) :]
+        return None
+
+    def _renamed(self, name: str) -> str:
+        for pattern, replacement in self.legacy_key_mapping.items():
+            name = re.sub(pattern, replacement, name)
+        return name
+
+
+class ServedPooledClassifier(_ServedPooled):
+    """A ``PooledForSequenceClassification`` checkpoint: ``classify``, through its pooler and head."""
+
+    architecture = "PooledForSequenceClassification"
+    legacy_key_mapping = PooledForSequenceClassification._legacy_key_mapping
+    own_prefixes = {"classifier.pooler.": "pooling.", "classifier.head.": "head."}
+
+    @staticmethod
+    def pooled_parts(config):
+        classifier = PooledClassifier(config)  # the pooler and the head, built as transformers builds them
+        return classifier.pooler, classifier.head
+
+
+class ServedPooledModel(_ServedPooled):
+    """A ``PooledModel`` checkpoint: ``embed``, normalised as its config's ``normalize_embeddings`` says."""
+
+    architecture = "PooledModel"
+    legacy_key_mapping = PooledModel._legacy_key_mapping
+    own_prefixes = {"pooler.": "pooling."}
+    ignored_prefixes = ("classifier.",)  # as PooledModel.from_pretrained ignores a classifier's head
+
+    @staticmethod
+    def pooled_parts(config):
+        return build_pooler(config), None
+
+
+@default_pooling_type(seq_pooling_type="CLS")
+class RefusedPooledArchitecture(nn.Module):
+    """Registered for the pooled architectures the plugin does not serve, so that vLLM refuses them by name rather than
+    run them through its Transformers backend."""
+
+    is_pooling_model = True
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        architecture = next(
+            (name for name in config.architectures or [] if name in REFUSED_ARCHITECTURES),
+            "this architecture",
+        )
+        raise ValueError(refusal(config, architecture))

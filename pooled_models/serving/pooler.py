@@ -1,0 +1,87 @@
+"""The vLLM ``Pooler`` that runs a pooled model's own pooler and head on vLLM's hidden states.
+
+vLLM hands a pooler the hidden states of every scheduled token of the batch, flattened (``[tokens, width]``), and the
+number of tokens of each request. This pooler splits them per request, pads them into the ``[batch, length, width]``
+layout and the attention mask that pooled_models' poolers read (the same modules as in transformers, loaded from the
+checkpoint), and answers each request for its task:
+
+- ``classify``: the head's logits, through the activation the problem type decides (vLLM's rule, transformers' loss:
+  softmax for single-label, sigmoid for multi-label, none for regression); ``use_activation=False`` gives the logits.
+- ``embed``: the pooled vector, scaled to length 1 when the config's ``normalize_embeddings`` says so (as the model's
+  ``encode`` does); ``use_activation=False`` never normalises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pad_sequence
+from vllm.model_executor.layers.pooler import Pooler
+from vllm.model_executor.layers.pooler.activations import get_act_fn
+from vllm.v1.pool.metadata import PoolingMetadata
+
+__all__ = ["PooledModelPooler"]
+
+
+class PooledModelPooler(Pooler):
+    """``pooling`` (a pooled_models ``Pooler`` module) and ``head`` (its head, or None for an embedder) over the
+    states a vLLM backbone gave; ``layers``: the hidden-state indices the backbone returned side by side (a layer
+    pooling), or None for the last layer alone."""
+
+    def __init__(
+        self,
+        config,
+        pooling: nn.Module,
+        head: nn.Module | None,
+        tasks: tuple[str, ...],
+        layers: list[int] | None,
+        num_hidden_states: int,
+    ):
+        super().__init__()
+        self.pooling = pooling
+        self.head = head
+        self.tasks = frozenset(tasks)
+        self.layers = layers
+        self.num_hidden_states = num_hidden_states
+        self.normalize = bool(config.normalize_embeddings)
+        self.activation = get_act_fn(config)
+
+    def get_supported_tasks(self) -> Set[str]:
+        return self.tasks
+
+    def forward(self, hidden_states: torch.Tensor, pooling_metadata: PoolingMetadata) -> list[torch.Tensor]:
+        cursor = pooling_metadata.get_pooling_cursor()
+        if cursor.is_partial_prefill():
+            # The model declares bidirectional (encoder-only) attention, for which vLLM never splits a prompt.
+            raise RuntimeError("pooled_models' pooler reads whole prompts; vLLM scheduled part of one")
+        pooled = self.pool(hidden_states, cursor.num_scheduled_tokens_cpu)
+        params = pooling_metadata.pooling_params
+        logits = self.head(pooled) if any(p.task == "classify" for p in params) else None
+        outputs = []
+        for index, param in enumerate(params):
+            if param.task == "classify":
+                row = logits[index]
+                outputs.append(self.activation(row) if param.use_activation else row)
+            else:
+                row = pooled[index]
+                outputs.append(
+                    F.normalize(row, p=2, dim=-1) if param.use_activation and self.normalize else row
+                )
+        return outputs
+
+    def pool(self, hidden_states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The pooled vectors ``[requests, D]`` of the flattened states of requests of ``lengths`` tokens."""
+        padded = pad_sequence(list(torch.split(hidden_states, lengths.tolist())), batch_first=True)
+        positions = torch.arange(padded.shape[1], device=padded.device)
+        mask = (positions.unsqueeze(0) < lengths.to(padded.device).unsqueeze(1)).long()
+        if self.layers is None:
+            return self.pooling(padded, mask)
+        every = [
+            None
+        ] * self.num_hidden_states  # indexed as transformers' hidden_states: 0 = embedding output
+        for index, states in zip(self.layers, padded.chunk(len(self.layers), dim=-1), strict=True):
+            every[index] = states
+        return self.pooling(every[self.layers[-1]], mask, every)

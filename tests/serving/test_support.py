@@ -1,0 +1,134 @@
+"""What the vLLM plugin serves and refuses, decided on the config alone (no vLLM needed: make test-vllm serves them),
+and the model room's refusal of vLLM without the plugin."""
+
+import importlib.metadata
+import sys
+import types
+
+import pytest
+from helpers import tiny_backbone_config
+
+from pooled_models import POOLINGS, PooledConfig, PooledModel
+from pooled_models.modeling.layer_pooling import LayerPooler
+from pooled_models.serving import MODEL_CLASSES
+from pooled_models.serving.support import (
+    DECODER_BACKBONES,
+    ENCODER_BACKBONES,
+    REFUSED_ARCHITECTURES,
+    SERVED_ARCHITECTURES,
+    refusal,
+)
+
+CLASSIFIER = "PooledForSequenceClassification"
+TOKEN_POOLINGS = sorted(
+    name for name in POOLINGS if name != "label_tokens" and not issubclass(POOLINGS[name], LayerPooler)
+)
+LAYER_POOLINGS = sorted(name for name in POOLINGS if issubclass(POOLINGS[name], LayerPooler))
+
+
+def config(pooling: str, backbone: str = "bert", **settings) -> PooledConfig:
+    return PooledConfig(backbone_config=tiny_backbone_config(backbone), pooling=pooling, **settings)
+
+
+def assert_refused(message: str | None, *said: str) -> None:
+    assert message is not None
+    for words in ("pooled_models' vLLM plugin cannot serve", "pipeline(", "ONNX Runtime", *said):
+        assert words in message, (words, message)
+
+
+@pytest.mark.parametrize("pooling", TOKEN_POOLINGS + LAYER_POOLINGS)
+def test_every_pooling_but_label_tokens_is_served_on_an_encoder(pooling):
+    assert refusal(config(pooling), CLASSIFIER) is None
+    assert refusal(config(pooling, "roberta"), "PooledModel") is None
+
+
+@pytest.mark.parametrize("pooling", TOKEN_POOLINGS)
+def test_token_poolings_are_served_on_a_decoder(pooling):
+    assert refusal(config(pooling, "llama"), CLASSIFIER) is None
+
+
+@pytest.mark.parametrize("pooling", LAYER_POOLINGS)
+def test_layer_poolings_are_refused_on_a_decoder(pooling):
+    assert_refused(refusal(config(pooling, "llama"), CLASSIFIER), f"pooling={pooling!r}", "several layers")
+
+
+def test_a_layer_pooling_that_reads_the_last_layer_only_is_served_on_a_decoder():
+    assert refusal(config("concat_layers", "llama", layer_start=-1), CLASSIFIER) is None
+
+
+def test_label_tokens_are_refused_with_the_reason():
+    message = refusal(config("label_tokens", label_token_init="random"), CLASSIFIER)
+    assert_refused(message, "pooling='label_tokens'", "prompt tokens")
+
+
+@pytest.mark.parametrize("backbone", ["distilbert", "esm", "gpt2"])
+def test_a_backbone_without_a_vllm_implementation_is_refused_naming_the_served_types(backbone):
+    message = refusal(config("mean", backbone), CLASSIFIER)
+    assert_refused(message, f"{backbone!r} backbone", *ENCODER_BACKBONES, *DECODER_BACKBONES)
+
+
+def test_relative_positions_are_refused():
+    backbone = tiny_backbone_config("bert")
+    backbone.position_embedding_type = "relative_key"
+    message = refusal(PooledConfig(backbone_config=backbone, pooling="mean"), CLASSIFIER)
+    assert_refused(message, "position_embedding_type='relative_key'")
+
+
+@pytest.mark.parametrize("architecture", sorted(REFUSED_ARCHITECTURES))
+def test_token_and_multi_task_architectures_are_refused(architecture):
+    assert_refused(refusal(config("mean"), architecture), architecture)
+
+
+def test_the_plugin_registers_a_class_for_every_pooled_architecture():
+    assert set(MODEL_CLASSES) == set(SERVED_ARCHITECTURES) | set(REFUSED_ARCHITECTURES)
+    assert set(SERVED_ARCHITECTURES) == {CLASSIFIER, "PooledModel"}
+
+
+def test_the_entry_point_vllm_loads_is_declared():
+    plugins = importlib.metadata.entry_points(group="vllm.general_plugins")
+    assert [plugin.value for plugin in plugins if plugin.name == "pooled_models"] == [
+        "pooled_models.serving:register"
+    ]
+
+
+# -- vLLM without the plugin: the checkpoint's own code refuses (modeling/engines.py) ------------------------
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """vLLM imported in this process (as a module named vllm), and the plugin's module as it is before registering."""
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    plugin = sys.modules["pooled_models.serving"]
+    monkeypatch.setattr(plugin, "registered", False)
+    return plugin
+
+
+def build_from_vllm_code():
+    """A pooled config built by code of a module named vllm.* (as vLLM's config loader builds one)."""
+    namespace = {
+        "__name__": "vllm.transformers_utils.config",
+        "PooledConfig": PooledConfig,
+        "tiny": tiny_backbone_config,
+    }
+    exec("result = PooledConfig(backbone_config=tiny('bert'), pooling='mean')", namespace)
+    return namespace["result"]
+
+
+def test_vllm_building_a_pooled_config_without_the_plugin_is_refused_naming_it(fake_vllm):
+    with pytest.raises(ValueError, match=r'pip install "pooled_models\[vllm\]"'):
+        build_from_vllm_code()
+
+
+def test_with_the_plugin_registered_or_outside_vllm_the_config_builds(fake_vllm, monkeypatch):
+    assert config("mean") is not None  # vLLM imported, but the config is built by this code, not vLLM's
+    monkeypatch.setattr(fake_vllm, "registered", True)
+    assert build_from_vllm_code().pooling == "mean"
+
+
+def test_the_model_refuses_vllm_transformers_backend_attention():
+    pooled = config("mean")
+    pooled.backbone_config._attn_implementation = (
+        "vllm"  # what vLLM's Transformers backend sets before it builds one
+    )
+    with pytest.raises(ValueError, match=r"pooled_models\[vllm\]"):
+        PooledModel(pooled)

@@ -52,6 +52,7 @@ def build_model(plan: RunPlan, tasks: dict[str, TaskData], tokenizer):
             model = plan.model_factory(source, task.labels, tokenizer)
         elif source.saved is not None:
             model = _saved_model(plan)
+            _state_problem_types(model, tasks)
         else:
             model = _new_model(plan, tasks, tokenizer)
     except ValueError as error:  # a setting the config refuses, a pooling the backbone cannot take...
@@ -90,6 +91,20 @@ def _saved_model(plan: RunPlan):
         **source.hub_kwargs(),
         **plan.model_settings,
     )
+
+
+def _state_problem_types(model, tasks: dict[str, TaskData]) -> None:
+    """Give a saved sequence head whose config names no problem type the one its labels were read as
+    (``Labels.from_config``), so metrics, thresholds, predictions and the published config agree. transformers' own
+    classifiers record it the same way, at their first loss."""
+    for name, task in tasks.items():
+        if task.kind != SEQUENCE:
+            continue
+        if isinstance(model, PooledForMultiTask):
+            if model.task_configs[name].problem_type is None:
+                model.update_task(name, problem_type=task.labels.problem_type)
+        elif model.config.problem_type is None:
+            model.config.problem_type = task.labels.problem_type
 
 
 def _new_model(plan: RunPlan, tasks: dict[str, TaskData], tokenizer):

@@ -14,6 +14,7 @@ from helpers import (
     multi_label_rows,
     random_batch,
     tiny_multitask_model,
+    topic_rows,
     write_rows,
 )
 from huggingface_hub import ModelCard
@@ -451,3 +452,39 @@ def test_a_bad_multitask_config_stops_the_run_before_anything_is_written(
     with pytest.raises(UsageError, match=message):
         run_config(config, tmp_path, tiny_backbone_path)
     assert leftovers(tmp_path / "out") == []
+
+
+def test_predicting_with_a_multitask_model_saved_without_problem_types(tiny_backbone_path, tmp_path):
+    """A PooledForMultiTask saved with save_pretrained, its sequence tasks naming no problem type: --do_predict on
+    test files without labels reads each as transformers' loss would (one output: regression; more: single-label)
+    and publishes that problem type in each task's config."""
+    from pooled_models import PooledMultiTaskConfig
+
+    torch.manual_seed(0)
+    config = PooledMultiTaskConfig(
+        backbone_config=AutoConfig.from_pretrained(tiny_backbone_path),
+        tasks={
+            "topic": {"kind": "sequence", "id2label": {0: "sport", 1: "food"}},
+            "length": {"kind": "sequence", "num_labels": 1},
+        },
+    )
+    assert all(config.tasks[name].get("problem_type") is None for name in ("topic", "length"))
+    saved = tmp_path / "saved"
+    PooledForMultiTask(config).save_pretrained(saved)
+    AutoTokenizer.from_pretrained(tiny_backbone_path).save_pretrained(saved)
+    test = write_rows(tmp_path / "test.csv", [{"text": row["text"]} for row in topic_rows(5)])
+    tasks = {name: {"kind": "sequence", "test_file": str(test)} for name in ("topic", "length")}
+    result = run_config({"do_predict": True, "tasks": tasks}, tmp_path / "run", str(saved))
+    published = json.loads((result.output_dir / "config.json").read_text())["tasks"]
+    assert published["topic"]["problem_type"] == "single_label_classification"
+    assert published["length"]["problem_type"] == "regression"
+    topic, length = (
+        [
+            json.loads(line)
+            for line in (result.output_dir / f"predictions_{name}.jsonl").read_text().splitlines()
+        ]
+        for name in ("topic", "length")
+    )
+    assert len(topic) == len(length) == 5
+    assert all(row["prediction"] == max(row["scores"], key=row["scores"].get) for row in topic)
+    assert all(isinstance(row["prediction"], float) for row in length)

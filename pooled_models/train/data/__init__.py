@@ -51,7 +51,7 @@ def saved_labels(spec: TaskSpec, saved) -> Labels | TokenLabels | None:
     config = saved.task_config(spec.name) if isinstance(saved, PooledMultiTaskConfig) else saved
     if spec.kind == TOKEN:
         return TokenLabels.from_config(config.id2label)
-    return Labels.from_config(config)
+    return Labels.from_config(config, spec.data.problem_type)
 
 
 def read_task(spec: TaskSpec, roles: list[str], saved, cache_dir: str | None, alone: bool) -> TaskData:

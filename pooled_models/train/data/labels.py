@@ -139,6 +139,8 @@ class Labels:
     names: list[str]  # class names in id order; empty for regression
     feature: Any = None  # the label column's feature in training, to read ClassLabel ids in the other splits
     separator: str | None = None
+    # False when the saved model's config named no problem type and ``problem_type`` is the one implied (from_config)
+    stated: bool = True
 
     @property
     def num_labels(self) -> int:
@@ -205,14 +207,29 @@ class Labels:
         return labels
 
     @classmethod
-    def from_config(cls, config) -> Labels:
-        """The label space a trained model was saved with."""
-        names = (
-            []
-            if config.problem_type == REGRESSION
-            else [config.id2label[i] for i in range(config.num_labels)]
-        )
-        return cls(problem_type=config.problem_type, names=names)
+    def from_config(cls, config, problem_type: str = "auto") -> Labels:
+        """The label space a trained model was saved with.
+
+        A config that names no problem type (a model saved with ``save_pretrained`` rather than by train.py) is read
+        as transformers' loss reads it: regression for one output, single-label classification for more; a
+        ``problem_type`` other than ``auto`` (``--problem_type``) chooses instead, if the outputs fit it."""
+        stated = config.problem_type is not None
+        if stated:
+            problem_type = config.problem_type
+        elif problem_type == "auto":
+            problem_type = REGRESSION if config.num_labels == 1 else SINGLE_LABEL
+        elif (problem_type == REGRESSION) != (config.num_labels == 1):
+            raise DataError(
+                f"The model's config names no problem type and has {config.num_labels} output(s); --problem_type "
+                f"{problem_type} needs {'one output' if problem_type == REGRESSION else 'two or more'}."
+            )
+        names = [] if problem_type == REGRESSION else [config.id2label[i] for i in range(config.num_labels)]
+        return cls(problem_type=problem_type, names=names, stated=stated)
+
+    def matches(self, other: Labels) -> bool:
+        """The same label names, and the same problem type where this label space's was stated."""
+        same_type = self.problem_type == other.problem_type or not self.stated
+        return same_type and self.names == other.names
 
     # -------------------------------------------------------------------------------------------------
     # Converting a split's labels to targets

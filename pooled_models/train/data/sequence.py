@@ -120,10 +120,7 @@ def _label_space(splits: dict[str, Split], data_args, saved_labels: Labels | Non
             problem_type=data_args.problem_type,
             separator=data_args.label_separator,
         )
-        if saved_labels is not None and (labels.problem_type, labels.names) != (
-            saved_labels.problem_type,
-            saved_labels.names,
-        ):
+        if saved_labels is not None and not saved_labels.matches(labels):
             raise DataError(
                 f"The model was trained for {saved_labels.problem_type} with labels {saved_labels.names}; "
                 f"{train.source} gives {labels.problem_type} with labels {labels.names}. Start from the backbone to "

@@ -76,7 +76,7 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: install
-	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/overhead.py --output bench/results/overhead.md
 
 # The pooling sweep on the fortunes benchmark, with both baselines (about 25 minutes on 2 CPU cores).
 bench-accuracy: install
@@ -88,7 +88,7 @@ bench-throughput: install
 
 # encode against sentence-transformers on the packaged MiniLM and fortunes quotations: equal embeddings, throughput.
 bench-embeddings: install
-	$(BIN)/python bench/embeddings.py
+	$(BIN)/python bench/embeddings.py --output bench/results/embeddings/report.md
 
 # vLLM with the plugin against pipeline(...) and train.py's predictions on 1,000 fortunes quotations, offline and over
 # HTTP (bench/serving.py), in the serving venv. Writes bench/results/serving/; time it on a quiet machine.

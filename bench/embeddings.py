@@ -13,8 +13,8 @@ that goes first alternating from round to round, and a workload's ratio is the m
 theirs / ours (a throughput ratio: above 1.0, ours embeds more texts per second). Before any timing, each
 workload's embeddings are compared: they must be equal to 1e-5.
 
-    python bench/embeddings.py                               # 256 texts per length, 5 rounds
-    python bench/embeddings.py --per-length 8 --rounds 1     # a quick check that it runs
+    python bench/embeddings.py --output bench/results/embeddings/report.md   # the stored report (quiet machine)
+    python bench/embeddings.py --per-length 8 --rounds 1                     # a quick check that it runs
 
 Exit status 0 when the embeddings are equal and every ratio is at least the target (1.0), else 1.
 """
@@ -105,6 +105,14 @@ def check_same_defaults(ours, theirs) -> None:
         sys.exit(f"{PROGRAM}: our defaults {ours_settings} are not sentence-transformers' {theirs_settings}.")
 
 
+def write_report(report: str, output: Path | None) -> None:
+    """Prints the report, and stores it in ``output`` (its folder made) when given."""
+    print("\n" + report)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(report + "\n")
+
+
 def timed(encode, texts: list[str]) -> float:
     start = time.perf_counter()
     encode(texts)
@@ -122,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0, help="which quotations are chosen, and their order")
+    parser.add_argument(
+        "--output", type=Path, help="also write the report (markdown, with the command that made it) here"
+    )
     args = parser.parse_args(argv)
     if args.per_length < 1 or (args.batch_size or 1) < 1 or args.rounds < 1 or args.warmup < 0:
         parser.error("--per-length, --batch-size and --rounds must be at least 1, --warmup at least 0")
@@ -163,19 +174,19 @@ def main(argv: list[str] | None = None) -> int:
                 pairs[name].append((own, other))
         print(f"round {round_index + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
 
-    print(
-        f"\nPooledModel.from_backbone(folder).encode(texts) vs SentenceTransformer(folder).encode(texts), "
+    lines = [
+        f"Command: python bench/embeddings.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip(),
+        "",
+        f"PooledModel.from_backbone(folder).encode(texts) vs SentenceTransformer(folder).encode(texts), "
         f"all-MiniLM-L6-v2, Debian fortunes quotations, batch size {args.batch_size or 'each default'}, "
         f"max {ours.config.embedding_max_length} tokens, normalised: {ours.config.normalize_embeddings}, "
-        f"{args.rounds} paired rounds "
-        f"({args.warmup} warm-up), {torch.get_num_threads()} CPU threads, torch {torch.__version__}, "
-        f"sentence-transformers {st_version}, pooled_models {pooled_models.__version__}\n"
-    )
-    print(
+        f"{args.rounds} paired rounds ({args.warmup} warm-up), {torch.get_num_threads()} CPU threads, "
+        f"torch {torch.__version__}, sentence-transformers {st_version}, pooled_models {pooled_models.__version__}",
+        "",
         "| texts | count | mean characters | ours (texts/s) | theirs (texts/s) | throughput ratio ours/theirs "
-        f"| largest difference | equal to {TOLERANCE:g} |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|:---:|")
+        f"| largest difference | equal to {TOLERANCE:g} |",
+        "|---|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
     all_within = equal
     for name, batch in texts.items():
         own = statistics.median(pair[0] for pair in pairs[name])
@@ -183,12 +194,16 @@ def main(argv: list[str] | None = None) -> int:
         ratio = statistics.median(other_time / own_time for own_time, other_time in pairs[name])
         all_within &= ratio >= TARGET
         characters = sum(map(len, batch)) / len(batch)
-        print(
+        lines.append(
             f"| {name} | {len(batch)} | {characters:.0f} | {len(batch) / own:.1f} | {len(batch) / other:.1f} | "
             f"{ratio:.3f} | {differences[name]:.1e} | {'yes' if differences[name] <= TOLERANCE else 'NO'} |"
         )
-    print(f"\nTarget: throughput ratio >= {TARGET:.1f} and embeddings equal to {TOLERANCE:g}: ", end="")
-    print("met." if all_within else "NOT met.")
+    lines += [
+        "",
+        f"Target: throughput ratio >= {TARGET:.1f} and embeddings equal to {TOLERANCE:g}: "
+        + ("met." if all_within else "NOT met."),
+    ]
+    write_report("\n".join(lines), args.output)
     return 0 if all_within else 1
 
 

@@ -5,7 +5,7 @@ paired: in every round each model is timed right next to the vanilla model (in a
 and its ratio is the median over rounds of its time divided by that vanilla time, so a slow patch of the
 machine affects both sides of a ratio. The rounds visit the models in a shuffled order.
 
-    python bench/overhead.py                      # every registered pooling, markdown table
+    python bench/overhead.py --output bench/results/overhead.md   # every registered pooling: the stored report
     python bench/overhead.py --poolings mean lstm --label-counts 4 --rounds 5
     python bench/overhead.py --poolings mean --label-counts 25 100 --label-token-layers all 3 2 1
 
@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -173,22 +174,25 @@ def median_ratios(pairs: list[tuple[float, float, float, float]]) -> tuple[float
     )
 
 
-def report(candidates: list[Candidate], args) -> bool:
+def report(candidates: list[Candidate], args, command: str) -> tuple[str, bool]:
+    """The markdown report (the command that made it, the setting, one row per model) and whether every ratio is
+    within its target."""
     by_name = {candidate.name: candidate for candidate in candidates}
     vanilla = by_name[VANILLA]
-    print(
-        f"\nPooledForSequenceClassification vs vanilla AutoModelForSequenceClassification, all-MiniLM-L6-v2, "
+    lines = [
+        f"Command: {command}",
+        "",
+        f"PooledForSequenceClassification vs vanilla AutoModelForSequenceClassification, all-MiniLM-L6-v2, "
         f"batch {args.batch_size} x {args.seq_len} tokens, {args.rounds} paired rounds, "
-        f"{torch.get_num_threads()} CPU threads, torch {torch.__version__}, pooled_models {pooled_models.__version__}\n"
-    )
-    print(
+        f"{torch.get_num_threads()} CPU threads, torch {torch.__version__}, pooled_models {pooled_models.__version__}",
+        "",
         "| model | train step (ms) | train ratio | inference (ms) | inference ratio | target | within "
-        "| train / inference ratio vs vanilla on T+L tokens |"
-    )
-    print("|---|---:|---:|---:|---:|---:|:---:|---:|")
+        "| train / inference ratio vs vanilla on T+L tokens |",
+        "|---|---:|---:|---:|---:|---:|:---:|---:|",
+    ]
     all_within = True
     vanilla_pairs = [pair for candidate in candidates for pair in candidate.pairs.get(VANILLA, [])]
-    print(
+    lines.append(
         f"| {VANILLA} | {1000 * statistics.median(p[2] for p in vanilla_pairs):.0f} | 1.00 | "
         f"{1000 * statistics.median(p[3] for p in vanilla_pairs):.0f} | 1.00 | - | - | - |"
     )
@@ -204,11 +208,11 @@ def report(candidates: list[Candidate], args) -> bool:
         versus_longer = "-"
         if candidate.reference:
             versus_longer = "{:.3f} / {:.3f}".format(*median_ratios(candidate.pairs[candidate.reference]))
-        print(
+        lines.append(
             f"| {candidate.name} | {train_ms:.0f} | {train_ratio:.3f} | {infer_ms:.0f} | {infer_ratio:.3f} | "
             f"<= {candidate.target:.2f} | {'yes' if within else 'NO'} | {versus_longer} |"
         )
-    return all_within
+    return "\n".join(lines), all_within
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         default=["all"],
         help="label_token_layers of the label_tokens models: 'all' and/or numbers of top layers, one row each",
     )
+    parser.add_argument(
+        "--output", type=Path, help="also write the report (markdown, with the command that made it) here"
+    )
     args = parser.parse_args(argv)
     if any(count < args.num_labels for count in args.label_counts):
         parser.error(
@@ -246,7 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     ]
     candidates = build_candidates(minilm_path(), args)
     measure(candidates, args.rounds, args.warmup)
-    return 0 if report(candidates, args) else 1
+    command = f"python bench/overhead.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip()
+    table, all_within = report(candidates, args, command)
+    print("\n" + table)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(table + "\n")
+    return 0 if all_within else 1
 
 
 def _label_token_layers(text: str) -> str | int:

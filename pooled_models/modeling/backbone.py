@@ -18,6 +18,8 @@ from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
 __all__ = [
     "backbone_class",
+    "pools_the_sequence",
+    "states_mask",
     "build_backbone",
     "load_backbone",
     "input_embeddings_of",
@@ -33,11 +35,17 @@ __all__ = [
 UNUSED_BACKBONE_MODULES = ("contact_head",)  # ESM's contact predictor, only run by predict_contacts()
 
 
-def backbone_class(backbone_config) -> type[PreTrainedModel]:
-    """AutoModel's class for the config. Where transformers maps a type to several base models (Funnel: the
-    full-length ``FunnelModel`` and the pooled ``FunnelBaseModel``), the one the config's ``architectures`` names,
-    else the first: transformers' own ``_get_model_class`` rule, which fails on a config whose ``architectures`` is
-    None (``TypeError: 'NoneType' object is not iterable``), as every config built in code has."""
+# Where transformers maps a type to a full-length and a pooled base model (Funnel: FunnelModel and FunnelBaseModel), the
+# pooled one, which its own sequence classifier reads (FunnelForSequenceClassification: FunnelBaseModel's first state);
+# its token classifier reads the full-length one, which keeps a state per token.
+SEQUENCE_BASE_MODELS = {"funnel": "FunnelBaseModel"}
+
+
+def backbone_class(backbone_config, per_token: bool = True) -> type[PreTrainedModel]:
+    """AutoModel's class for the config. Where transformers maps a type to several base models (Funnel), the one
+    transformers' own task model of the kind builds: the full-length one for a model that reads every token
+    (``per_token``: token classification, multi-task with a token task), the pooled one for a sequence model, whose
+    states (Funnel's first token) do not move with the padding where the full-length model's upsampled states do."""
     if type(backbone_config) not in MODEL_MAPPING:
         raise ValueError(
             f"transformers has no AutoModel class for backbone model_type {backbone_config.model_type!r}."
@@ -45,13 +53,32 @@ def backbone_class(backbone_config) -> type[PreTrainedModel]:
     classes = MODEL_MAPPING[type(backbone_config)]
     if not isinstance(classes, (list, tuple)):
         return classes
-    named = set(getattr(backbone_config, "architectures", None) or [])
-    return next((model_class for model_class in classes if model_class.__name__ in named), classes[0])
+    wanted = None if per_token else SEQUENCE_BASE_MODELS.get(backbone_config.model_type)
+    return next((model_class for model_class in classes if model_class.__name__ == wanted), classes[0])
 
 
-def _backbone_init_kwargs(backbone_config) -> dict[str, Any]:
+def pools_the_sequence(backbone: nn.Module) -> bool:
+    """The backbone gives fewer states than input tokens (FunnelBaseModel)."""
+    return type(backbone).__name__ in SEQUENCE_BASE_MODELS.values()
+
+
+def states_mask(backbone: nn.Module, attention_mask: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """The mask of the backbone's output states: the input's, or, where the backbone pools the sequence
+    (FunnelBaseModel), the input's pooled as its blocks pool it (each block after the first halves the sequence while
+    it is longer than the separate CLS and one more, a pair counting as real only if both tokens are)."""
+    if states.shape[1] == attention_mask.shape[1] or not pools_the_sequence(backbone):
+        return attention_mask
+    config, structure = backbone.config, backbone.encoder.attention_structure
+    mask = attention_mask.to(states.dtype)
+    for _ in config.block_sizes[1:]:
+        if mask.shape[1] > (2 if config.separate_cls else 1):
+            mask = structure.pool_tensor(mask, mode="min")
+    return mask.to(attention_mask.dtype)
+
+
+def _backbone_init_kwargs(backbone_config, per_token: bool = True) -> dict[str, Any]:
     # BERT-style backbones build a dense+tanh pooler on the first token; no pooling here calls it.
-    parameters = inspect.signature(backbone_class(backbone_config).__init__).parameters
+    parameters = inspect.signature(backbone_class(backbone_config, per_token).__init__).parameters
     return {"add_pooling_layer": False} if "add_pooling_layer" in parameters else {}
 
 
@@ -62,12 +89,12 @@ def _drop_unused_modules(backbone: PreTrainedModel) -> PreTrainedModel:
     return backbone
 
 
-def build_backbone(backbone_config) -> PreTrainedModel:
+def build_backbone(backbone_config, per_token: bool = True) -> PreTrainedModel:
     """A randomly initialised backbone (weights come later from ``from_pretrained``)."""
     # The class's own _from_config, which AutoModel.from_config calls once it has picked the class.
     return _drop_unused_modules(
-        backbone_class(backbone_config)._from_config(
-            backbone_config, **_backbone_init_kwargs(backbone_config)
+        backbone_class(backbone_config, per_token)._from_config(
+            backbone_config, **_backbone_init_kwargs(backbone_config, per_token)
         )
     )
 
@@ -81,6 +108,8 @@ def _expect_dropped_weights(model_class: type[PreTrainedModel], init_kwargs: dic
     dropped = list(UNUSED_BACKBONE_MODULES) + (
         ["pooler"] if init_kwargs.get("add_pooling_layer") is False else []
     )
+    if model_class.__name__ in SEQUENCE_BASE_MODELS.values():
+        dropped.append("decoder")  # a full-length checkpoint's decoder, which the pooled model has not
     patterns = [rf"(^|\.){name}\." for name in dropped]
     saved = model_class.__dict__.get("_keys_to_ignore_on_load_unexpected", _UNSET)
     model_class._keys_to_ignore_on_load_unexpected = (
@@ -95,10 +124,12 @@ def _expect_dropped_weights(model_class: type[PreTrainedModel], init_kwargs: dic
             model_class._keys_to_ignore_on_load_unexpected = saved
 
 
-def load_backbone(name_or_path: str | os.PathLike, backbone_config, **kwargs) -> PreTrainedModel:
+def load_backbone(
+    name_or_path: str | os.PathLike, backbone_config, per_token: bool = True, **kwargs
+) -> PreTrainedModel:
     """The pretrained backbone, read from safetensors only."""
-    model_class = backbone_class(backbone_config)
-    init_kwargs = _backbone_init_kwargs(backbone_config)
+    model_class = backbone_class(backbone_config, per_token)
+    init_kwargs = _backbone_init_kwargs(backbone_config, per_token)
     with _expect_dropped_weights(model_class, init_kwargs):
         backbone = model_class.from_pretrained(
             name_or_path, config=backbone_config, use_safetensors=True, **init_kwargs, **kwargs

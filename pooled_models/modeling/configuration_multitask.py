@@ -5,21 +5,31 @@ problem type, its multi-label loss...), so a task is validated by building the `
 the shared backbone config: the same checks, the same clear errors (prefixed with the task's name), the same
 defaults filled in, and ``task_config(name)`` gives that config to the task's head and to ``export_head``.
 
-This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
-torch, transformers and its sibling model files.
-"""
+The config holds data, as ``PooledConfig`` does: typed fields (``@strict``), one validation, and a snapshot of the
+settings as last validated, against which edits (``config.tasks["team"]["pooling"] = "max"``, ``from_pretrained(folder,
+tasks=...)``) are read and validated when a model is built, runs or is saved.
 
-from __future__ import annotations
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
+torch, transformers (and its huggingface_hub) and its sibling model files.
+"""
 
 import copy
 import dataclasses
 import re
 from typing import Any
 
+from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 from transformers.configuration_utils import PreTrainedConfig
 
 from .compat import BACKBONE_SUB_CONFIGS, backbone_sub_config_defaults
-from .configuration_pooled import BUILT_WITH, PooledConfig, _clean_backbone_config
+from .configuration_pooled import (
+    BUILT_WITH,
+    INITIALISATION_ONLY,
+    PooledConfig,
+    _clean_backbone_config,
+    _serialised,
+)
 from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .pooling import POOLINGS
@@ -75,6 +85,7 @@ def _token_settings() -> set[str]:
     )
 
 
+@strict
 class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     r"""
     Configuration of [`PooledForMultiTask`]: one Transformers backbone shared by named tasks, each with its own head.
@@ -112,7 +123,7 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     has_no_defaults_at_init = True
 
     backbone_config: dict | PreTrainedConfig | None = None
-    tasks: dict[str, dict[str, Any]] | None = None
+    tasks: dict[str, dict] | None = None
     task_order: list[str] | None = None
     position_ids_from_mask: bool = True
     packed_batches: bool = False
@@ -127,9 +138,8 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
         self._validate()
 
     # -- validation -----------------------------------------------------------------------------------------
-    # PooledConfig tracks attribute edits; a multi-task config's settings are mostly nested (config.tasks["team"]
-    # ["pooling"] = "max" bypasses __setattr__), so it keeps a copy of what it last validated and validates again
-    # whenever the settings differ from that copy: after from_pretrained's keywords, attribute or nested edits.
+    # The config keeps a copy of what it last validated and validates again whenever the settings differ from that
+    # copy: after from_pretrained's keywords, attribute or nested edits (config.tasks["team"]["pooling"] = "max").
 
     def _validate(self) -> None:
         if not isinstance(self.tasks, dict) or not self.tasks:
@@ -145,10 +155,10 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
             name: self._checked_task(name, settings, previous=validated.get(name))
             for name, settings in self.tasks.items()
         }
-        object.__setattr__(self, "tasks", tasks)
-        object.__setattr__(self, "task_order", list(tasks))
+        self.tasks = tasks
+        self.task_order = list(tasks)
         # Private state, kept out of config.json (to_dict): the settings as last validated.
-        object.__setattr__(self, "_validated", self._current())
+        self._validated = self._current()
 
     def _current(self) -> dict[str, Any]:
         return copy.deepcopy({name: getattr(self, name, None) for name in VALIDATED})
@@ -171,7 +181,7 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
             {"kind", "pooling", "classifier_head", *BUILT_WITH}
             | POOLINGS.every_option()
             | HEADS.every_option()
-        )
+        ) - set(INITIALISATION_ONLY)
         return {
             name: {
                 "num_labels": len(settings["id2label"]),
@@ -193,11 +203,7 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
         return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        output = super().to_dict()
-        output.pop("_validated", None)
-        if isinstance(output.get("backbone_config"), dict):
-            output["backbone_config"].pop("_name_or_path", None)  # a local detail, as in PooledConfig
-        return output
+        return _serialised(super().to_dict())
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The backbone's config, which holds the text settings (``vocab_size``...): transformers reads and writes
@@ -279,6 +285,10 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
                 built.ensure_valid()
             else:
                 built = self._build(settings)
+        except (
+            StrictDataclassFieldValidationError
+        ) as error:  # a setting of the wrong type, or an unknown name
+            raise ValueError(f"tasks[{name!r}]: {error.__cause__}") from error
         except ValueError as error:
             raise ValueError(f"tasks[{name!r}]: {error}") from error
         keep = _own_fields() if kind == SEQUENCE else sorted(_token_settings() - set(LABEL_SETTINGS))

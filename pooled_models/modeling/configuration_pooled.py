@@ -1,16 +1,23 @@
 """PooledConfig: a backbone's config nested inside, plus the pooling and head settings, validated.
 
+The config holds data, as transformers' own configs do: typed fields (``@strict`` refuses a value of the wrong type,
+or a name no registry holds, when it is set), and one validation of the rules that span fields (``_validate``): the
+settings of parts other than the chosen ones are refused, those of the chosen parts are filled with their defaults
+and checked. Which settings were edited since the last validation (``config.x = y``, or ``from_pretrained(folder,
+x=y)``, which transformers applies with ``setattr`` after building the config) is read from a snapshot of the settings
+as last validated, so that an edit is validated when a model is built from the config, runs or is saved, and a setting
+that the edit left behind (of a pooling no longer chosen) is dropped rather than refused. Loading a config reads no
+tokenizer: the one setting that needs one (the token ids label tokens start from) is resolved when a model is built.
+
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
-torch, transformers and its sibling model files.
+torch, transformers (and its huggingface_hub) and its sibling model files.
 """
 
-from __future__ import annotations
-
-import contextvars
 import copy
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
+from huggingface_hub.dataclasses import strict, validated_field
 from transformers.configuration_utils import PreTrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -28,45 +35,36 @@ from .problem_types import MULTI_LABEL
 from .registry import Registry
 from .text_config import TextConfigSizes
 
-__all__ = ["PooledConfig", "CHOICES"]
+__all__ = ["PooledConfig", "CHOICES", "SETTINGS", "LOAD_TIME_SETTINGS"]
 
 # Each registry and the setting that picks from it. PooledConfig checks every choice by looping over these.
 CHOICES: tuple[Registry, ...] = (POOLINGS, HEADS, MULTI_LABEL_LOSSES)
-CHOICE_REGISTRIES = {registry.setting: registry for registry in (*CHOICES, LABEL_TOKEN_INITS)}
 # Settings every head's module reads once, when it is built (besides the chosen parts' own): a built model cannot follow
 # a change of them, so structure() lists them.
 BUILT_WITH = ("classifier_dropout_samples",)
+# Settings read only when a module's parameters are initialised: a built model has no use for them, so they shape
+# nothing (structure() leaves them out) and a change of them takes effect at the next initialisation (re-heading).
+INITIALISATION_ONLY = ("label_token_init", "label_token_init_ids")
 # Settings with one value per label: they no longer fit when the number of labels changes.
 PER_LABEL = ("label_token_init_ids", "label_tokens_per_pass", "pos_weight", "decision_threshold")
-# True while from_dict builds a config: validation waits for the load-time keywords.
-_LOADING: contextvars.ContextVar[bool] = contextvars.ContextVar("pooled_config_loading", default=False)
-# The folder PooledConfig.from_pretrained reads, where from_dict finds the checkpoint's tokenizer.
-_TOKENIZER_SOURCE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "pooled_tokenizer_source", default=None
-)
-
-
-@dataclasses.dataclass
-class _Tracking:
-    num_labels: int | None  # the number of labels when the config was last validated
-    edited: set[str] = dataclasses.field(default_factory=set)  # settings changed since then
-    updating: bool = False  # validation itself is changing settings (not an edit)
-
-
-def _checkpoint_tokenizer(name_or_path: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"no tokenizer loads from {name_or_path!r}: {error}") from error
-
 
 # Keys that make transformers import and run code named by a config. A backbone config nested in ours is
 # always built from transformers' own classes, so none of them is ever kept.
 CODE_REFERENCE_KEYS = ("auto_map", "trust_remote_code", "custom_pipelines")
 
 
+def registered(registry: Registry, default: str | None):
+    """A field whose value names a part of ``registry``: an unknown name is refused when it is set (``@strict`` runs
+    the check on every assignment), with the valid choices."""
+
+    def known(value: Any) -> None:
+        if value is not None:
+            registry.lookup(value)
+
+    return validated_field(known, default=default)
+
+
+@strict
 class PooledConfig(TextConfigSizes, PreTrainedConfig):
     r"""
     Configuration of [`PooledModel`] and [`PooledForSequenceClassification`]: any Transformers encoder (or
@@ -208,34 +206,34 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
     sub_configs = BACKBONE_SUB_CONFIGS
 
     backbone_config: dict | PreTrainedConfig | None = None
-    pooling: str = "mean"
+    pooling: str = registered(POOLINGS, "mean")
     layer_start: int | None = None
     layer_token_pooling: str | None = None
     lstm_hidden_size: int | None = None
     attention_heads: int | None = None
     attention_hidden_size: int | None = None
-    gem_p: float | None = None
-    label_token_init: str | None = None
+    gem_p: float | int | None = None
+    label_token_init: str | None = registered(LABEL_TOKEN_INITS, None)
     label_token_init_ids: list[list[int]] | None = None
-    label_token_scorer: str | None = None
+    label_token_scorer: Literal["per_label", "shared"] | None = None
     label_token_position: int | None = None
     label_tokens_per_pass: int | None = None
-    label_token_layers: int | str | None = None
-    label_token_attention: str | None = None
-    classifier_head: str = "linear"
-    classifier_dropout: float | None = None
+    label_token_layers: int | Literal["all"] | None = None
+    label_token_attention: Literal["two_way", "one_way"] | None = None
+    classifier_head: str = registered(HEADS, "linear")
+    classifier_dropout: float | int | None = None
     classifier_dropout_samples: int = 1
     classifier_hidden_size: int | None = None
     classifier_activation: str | None = None
     position_ids_from_mask: bool = True
     packed_batches: bool = False
-    multi_label_loss: str = "bce"
-    focal_gamma: float | None = None
-    asymmetric_gamma_neg: float | None = None
-    asymmetric_gamma_pos: float | None = None
-    asymmetric_clip: float | None = None
-    pos_weight: list[float] | None = None
-    decision_threshold: float | list[float] | None = None
+    multi_label_loss: str = registered(MULTI_LABEL_LOSSES, "bce")
+    focal_gamma: float | int | None = None
+    asymmetric_gamma_neg: float | int | None = None
+    asymmetric_gamma_pos: float | int | None = None
+    asymmetric_clip: float | int | None = None
+    pos_weight: list[float | int] | None = None
+    decision_threshold: float | int | list[float | int] | None = None
     initializer_range: float | None = None
     # encode's defaults (sentence embeddings); they choose no module, so a built model follows their edits
     normalize_embeddings: bool = False
@@ -247,10 +245,7 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
         super().__post_init__(**kwargs)
         if self.id2label is not None and self.label2id is None:
             self.label2id = {label: index for index, label in self.id2label.items()}
-        if _LOADING.get():
-            return  # from_dict validates once the load-time keywords are applied
-        self._validate()
-        self._start_tracking()
+        self._settle()
 
     # -- validation -----------------------------------------------------------------------------------------
 
@@ -265,67 +260,38 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
 
-    def _start_tracking(self, num_labels: int | None = None) -> None:
-        # Private state, kept out of config.json (to_dict): what changed since the last validation.
-        object.__setattr__(
-            self, "_tracking", _Tracking(self.num_labels if num_labels is None else num_labels)
-        )
+    def _settings(self) -> dict[str, Any]:
+        """The settings, and the backbone's vocabulary size, which the label tokens' starting ids must fit."""
+        return {name: getattr(self, name, None) for name in (*SETTINGS, "vocab_size")}
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        tracking = self.__dict__.get("_tracking")
-        if tracking is not None and not tracking.updating and name in WATCHED:
-            if name in CHOICE_REGISTRIES:
-                CHOICE_REGISTRIES[name].lookup(value)  # an unknown name is refused at once, with the choices
-            tracking.edited.add(name)
-        super().__setattr__(name, value)
+    def _settle(self, explicit: frozenset[str] | set[str] = frozenset()) -> None:
+        """Validate the settings as they are now, and keep them as the snapshot later edits are read against.
 
-    def structure(self) -> dict[str, Any]:
-        """The settings a built model's modules depend on: its pooling and head with their settings, and the number
-        of labels, and what the modules read once when built (BUILT_WITH). A model cannot follow a change of these (it
-        keeps its modules); loading it again can."""
-        names = (
-            {"pooling", "classifier_head", "num_labels", *BUILT_WITH}
-            | POOLINGS.every_option()
-            | HEADS.every_option()
-        )
-        return {name: getattr(self, name, None) for name in sorted(names)}
-
-    @property
-    def has_pending_changes(self) -> bool:
-        """True when settings were changed (attribute edits) since the config was last validated."""
-        tracking = self.__dict__.get("_tracking")
-        return tracking is not None and bool(tracking.edited)
-
-    def ensure_valid(self) -> None:
-        """Validate the settings changed since the last validation (a no-op when none were)."""
-        if self.has_pending_changes:
-            self._revalidate(set(self._tracking.edited))
-
-    def _revalidate(self, explicit: set[str], tokenizer_source: str | None = None) -> None:
-        """Validation after a change (load-time keywords, attribute edits, a new label count).
-
-        A setting the change left behind is dropped: one of another pooling, head or loss than the chosen one, a
-        per-label setting when the number of labels changed, a multi-label setting when the problem is not
-        multi-label. Settings the change itself set (``explicit``) are kept, and refused if they do not apply.
-        Settings only a tokenizer knows (label tokens' starting token ids) are read again from ``tokenizer_source``
-        (the checkpoint's folder) when they were dropped.
+        A new config is validated as given. After edits (the settings that differ from the snapshot, and
+        ``explicit``: the load-time keywords), a setting the edits left behind is dropped: one of another pooling,
+        head or loss than the chosen one, a per-label setting when the number of labels changed, a multi-label setting
+        when the problem is not multi-label. The edited settings are kept, and refused if they do not apply.
         """
-        tracking = self._tracking
-        tracking.updating = True
-        try:
-            for name in self._left_behind(explicit, labels_changed=self.num_labels != tracking.num_labels):
+        previous = self.__dict__.get("_validated")
+        if previous is not None:
+            now = self._settings()
+            edited = {name for name, value in now.items() if value != previous[name]} | set(explicit)
+            labels_changed = len(self.id2label or {}) != len(previous["id2label"] or {})
+            # A smaller vocabulary (resize_token_embeddings, config.vocab_size = n) may leave token ids behind.
+            vocabulary_shrank = "vocab_size" in edited and not _fits_vocabulary(
+                self.label_token_init_ids, now["vocab_size"]
+            )
+            for name in self._left_behind(edited, labels_changed, vocabulary_shrank):
                 setattr(self, name, None)
-            if self.problem_type not in (None, MULTI_LABEL) and "multi_label_loss" not in explicit:
+            if self.problem_type not in (None, MULTI_LABEL) and "multi_label_loss" not in edited:
                 self.multi_label_loss = "bce"
-            if tokenizer_source:
-                self._fill_from_tokenizer(tokenizer_source)
-            self._validate()
-        finally:
-            tracking.updating = False
-        tracking.edited.clear()
-        tracking.num_labels = self.num_labels
+            if "id2label" in edited and self.id2label is not None:
+                self.label2id = {label: index for index, label in self.id2label.items()}
+        self._validate()
+        # Private, kept out of config.json (to_dict): the settings as validated, which later edits are read against.
+        self._validated = copy.deepcopy(self._settings())
 
-    def _left_behind(self, explicit: set[str], labels_changed: bool) -> list[str]:
+    def _left_behind(self, edited: set[str], labels_changed: bool, vocabulary_shrank: bool) -> list[str]:
         chosen: dict[str, Any] = {}
         for registry in CHOICES:
             chosen.update(registry.lookup(getattr(self, registry.setting)).options_for(self))
@@ -336,49 +302,46 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
                 stale.add("decision_threshold")  # one threshold for every label still applies
         if self.problem_type not in (None, MULTI_LABEL):
             stale |= {"pos_weight", "decision_threshold"} | MULTI_LABEL_LOSSES.every_option()
-        return sorted(name for name in stale - explicit if getattr(self, name, None) is not None)
+        if vocabulary_shrank:
+            stale.add("label_token_init_ids")
+        return sorted(name for name in stale - edited if getattr(self, name, None) is not None)
 
-    def _fill_from_tokenizer(self, tokenizer_source: str) -> None:
-        pooler = POOLINGS.lookup(self.pooling)
-        current = {name: getattr(self, name) for name in pooler.every_option()}
-        current.update(num_labels=self.num_labels, id2label=self.id2label)
-        try:
-            wanted = pooler.tokenizer_settings(current, lambda: _checkpoint_tokenizer(tokenizer_source))
-        except ValueError:
-            return  # the checks below name what is missing, and the ways to give it
-        for name, value in wanted.items():
-            setattr(self, name, value)
+    @property
+    def has_pending_changes(self) -> bool:
+        """True when settings were changed (``config.x = y``, in place or not) since the config was last validated."""
+        previous = self.__dict__.get("_validated")
+        return previous is not None and previous != self._settings()
+
+    def ensure_valid(self) -> None:
+        """Validate the settings changed since the last validation (a no-op when none were). Building a model from
+        the config, running it and saving it call this."""
+        if self.has_pending_changes:
+            self._settle()
+
+    def structure(self) -> dict[str, Any]:
+        """The settings a built model's modules depend on: its pooling and head with their settings, and the number
+        of labels, and what the modules read once when built (BUILT_WITH). A model cannot follow a change of these (it
+        keeps its modules); loading it again can."""
+        names = (
+            {"pooling", "classifier_head", "num_labels", *BUILT_WITH}
+            | POOLINGS.every_option()
+            | HEADS.every_option()
+        ) - set(INITIALISATION_ONLY)
+        return {name: getattr(self, name, None) for name in sorted(names)}
 
     # -- loading and saving ---------------------------------------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
-        # from_dict reads the checkpoint's tokenizer when a change drops what only a tokenizer knows. The folder is
-        # passed aside, not as name_or_path: a config loaded on its own keeps no _name_or_path, as transformers' own.
-        token = _TOKENIZER_SOURCE.set(str(pretrained_model_name_or_path))
-        try:
-            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
-        finally:
-            _TOKENIZER_SOURCE.reset(token)
-
-    @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs):
         """The saved config, with the load-time keywords (``from_pretrained(folder, pooling=..., num_labels=...)``)
-        applied and validated together: transformers sets them one by one after building the config, so each is
-        checked here, once all are in."""
-        explicit = {key for key in kwargs if key in WATCHED}
-        token = _LOADING.set(True)
-        try:
-            loaded = super().from_dict(config_dict, **kwargs)
-        finally:
-            _LOADING.reset(token)
-        config = loaded[0] if isinstance(loaded, tuple) else loaded
-        saved_labels = config_dict.get("id2label")
-        config._start_tracking(
-            len(saved_labels) if saved_labels else config_dict.get("num_labels", config.num_labels)
-        )
-        source = config.name_or_path or _TOKENIZER_SOURCE.get()
-        config._revalidate(explicit, tokenizer_source=source if explicit and source else None)
+        applied to it and validated together, as edits: the saved settings they leave behind are dropped."""
+        edits = {key: kwargs.pop(key) for key in list(kwargs) if key in LOAD_TIME_SETTINGS}
+        loaded = super().from_dict(config_dict, **kwargs)
+        if edits:
+            config = loaded[0] if isinstance(loaded, tuple) else loaded
+            for key, value in edits.items():
+                setattr(config, key, value)
+            config._settle(explicit=set(edits))
         return loaded
 
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
@@ -386,13 +349,7 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
         return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        output = super().to_dict()
-        output.pop("_tracking", None)
-        # Where the backbone was loaded from is a local detail (often a path on this machine), like the
-        # top-level _name_or_path that transformers also leaves out of config.json.
-        if isinstance(output.get("backbone_config"), dict):
-            output["backbone_config"].pop("_name_or_path", None)
-        return output
+        return _serialised(super().to_dict())
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The backbone's config: the one that holds the text settings (``vocab_size``...), which transformers reads
@@ -422,16 +379,21 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
         # In declaration order: a default may depend on an earlier setting (label_token_init_ids on label_token_init).
         for option, default in applicable.items():
             if getattr(self, option, None) is None:
-                setattr(self, option, default(self) if callable(default) else default)
+                try:
+                    setattr(self, option, default(self) if callable(default) else default)
+                except AttributeError as error:  # a default read off a backbone without that size (Perceiver)
+                    raise ValueError(
+                        f"{option} of {owner} defaults to a size the backbone's config does not have: {error}."
+                    ) from error
 
     def _check_dropout(self) -> None:
         if self.classifier_dropout is None:
             self.classifier_dropout = _backbone_dropout(self.backbone_config)
         dropout = self.classifier_dropout
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        if not 0 <= dropout < 1:
             raise ValueError(f"classifier_dropout must be a number in [0, 1), got {dropout!r}.")
         samples = self.classifier_dropout_samples
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        if samples < 1:
             raise ValueError(
                 f"classifier_dropout_samples must be an integer >= 1 (1: off, one dropout sample), got {samples!r}."
             )
@@ -461,13 +423,29 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
         )
 
 
-# The settings whose change calls for validation again: PooledConfig's own, and the label space.
-WATCHED = frozenset(
+# The settings an edit is read from: PooledConfig's own (the backbone's config is the backbone's), and the label space.
+SETTINGS = frozenset(
     {field.name for field in dataclasses.fields(PooledConfig)}
     - {field.name for field in dataclasses.fields(PreTrainedConfig)}
     - {"backbone_config"}
-    | {"num_labels", "id2label", "problem_type"}
+    | {"id2label", "problem_type"}
 )
+# The keywords from_pretrained applies to a loaded config as edits: the settings, and the label count and map.
+LOAD_TIME_SETTINGS = SETTINGS | {"num_labels", "label2id"}
+
+
+def _serialised(output: dict[str, Any]) -> dict[str, Any]:
+    """A config's dict without the private snapshot, and with the backbone's ``_name_or_path`` (where the backbone was
+    loaded from, often a path on this machine; ``encode`` finds its tokenizer there) blank, as a sub-config built in
+    place has it."""
+    output.pop("_validated", None)
+    if isinstance(output.get("backbone_config"), dict) and "_name_or_path" in output["backbone_config"]:
+        output["backbone_config"]["_name_or_path"] = ""
+    return output
+
+
+def _fits_vocabulary(token_ids: list[list[int]] | None, vocab_size: int | None) -> bool:
+    return token_ids is None or vocab_size is None or all(i < vocab_size for ids in token_ids for i in ids)
 
 
 def _check_per_label_numbers(
@@ -481,16 +459,13 @@ def _check_per_label_numbers(
     if not isinstance(values, list) or (isinstance(value, list) and len(values) != num_labels):
         raise ValueError(f"{name} must be {shape} ({num_labels} labels), got {value!r}.")
     for index, number in enumerate(values):
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not low < number < high:
+        if not low < number < high:
             where = f"{name}[{index}]" if isinstance(value, list) else name
             raise ValueError(f"{where} = {number!r} must be a number in ({low}, {high}).")
 
 
 def _check_packing(config) -> None:
-    """``packed_batches`` is a bool, and the positions of a packed row restart at each text only when they are
-    counted from each text's mask."""
-    if not isinstance(config.packed_batches, bool):
-        raise ValueError(f"packed_batches must be True or False, got {config.packed_batches!r}.")
+    """The positions of a packed row restart at each text only when they are counted from each text's mask."""
     if config.packed_batches and not config.position_ids_from_mask:
         raise ValueError(
             "packed_batches=True needs position_ids_from_mask=True: each text of a packed row starts again at the "
@@ -499,11 +474,9 @@ def _check_packing(config) -> None:
 
 
 def _check_embedding_defaults(config) -> None:
-    """``encode``'s defaults: a bool, and a token limit that is a positive integer or unset."""
-    if not isinstance(config.normalize_embeddings, bool):
-        raise ValueError(f"normalize_embeddings must be True or False, got {config.normalize_embeddings!r}.")
+    """``encode``'s token limit is a positive integer or unset."""
     limit = config.embedding_max_length
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    if limit is not None and limit < 1:
         raise ValueError(
             f"embedding_max_length must be an integer >= 1 or None (the tokenizer's), got {limit!r}."
         )

@@ -31,7 +31,7 @@ from transformers import PreTrainedConfig
 from transformers import initialization as init
 from transformers.utils import logging
 
-from .backbone import input_embeddings_of, position_ids_from_mask, position_offset
+from .backbone import input_embeddings_of, pools_the_sequence, position_ids_from_mask, position_offset
 from .heads import LABEL_TOKEN_SCORERS, LabelTokenHead
 from .label_token_layers import (
     ALL_LAYERS,
@@ -340,7 +340,28 @@ class LabelTokenPooler(Pooler):
 
     # -- checks against the backbone -------------------------------------------------------------------
 
+    @classmethod
+    def backbone_refusal(cls, backbone):
+        if pools_the_sequence(backbone):
+            return (
+                f"reads each label token's own final state, but {type(backbone).__name__} pools the sequence to fewer "
+                "states than tokens"
+            )
+        embeddings = input_embeddings_of(backbone)
+        if isinstance(embeddings, nn.Embedding):
+            return None
+        kind = (
+            "has no input embedding table"
+            if embeddings is None
+            else f"embeds ids with {type(embeddings).__name__}"
+        )
+        return (
+            "writes a learned vector per label into the backbone's token embedding table (an nn.Embedding), but "
+            f"{type(backbone).__name__} {kind} (get_input_embeddings())"
+        )
+
     def check_backbone(self, backbone: nn.Module, position_budget: int | None) -> None:
+        super().check_backbone(backbone, position_budget)
         embeddings = _word_embeddings(backbone)
         width = embeddings.weight.shape[1]
         if self.label_embeddings.weight.shape[1] != width:
@@ -472,21 +493,9 @@ def enable_label_token_input(embeddings: nn.Embedding, model: nn.Module) -> None
     object.__setattr__(embeddings, "_label_token_model", model)
 
 
-def _word_embeddings(backbone: nn.Module) -> nn.Module:
-    embeddings = input_embeddings_of(backbone)
-    if not isinstance(embeddings, nn.Embedding):
-        kind = (
-            "has no input embedding table"
-            if embeddings is None
-            else f"embeds ids with {type(embeddings).__name__}"
-        )
-        others = ", ".join(sorted(name for name in POOLINGS if name != "label_tokens"))
-        raise ValueError(
-            f"pooling='label_tokens' writes a learned vector per label into the backbone's token embedding table "
-            f"(an nn.Embedding), but {type(backbone).__name__} {kind} (get_input_embeddings()). Every other pooling "
-            f"works with this backbone: {others}."
-        )
-    return embeddings
+def _word_embeddings(backbone: nn.Module) -> nn.Embedding:
+    """The backbone's token embedding table (``check_backbone`` refused a backbone without one)."""
+    return input_embeddings_of(backbone)
 
 
 class _Layout:

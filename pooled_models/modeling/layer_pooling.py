@@ -43,6 +43,18 @@ def selected_layers(config: PreTrainedConfig) -> list[int]:
     return list(range(_num_hidden_states(config)))[config.layer_start :]
 
 
+# Backbones whose layers' hidden states are not one state per input token of the output's width: a layer strategy
+# combines such states under the input's mask.
+LAYER_STATES_UNLIKE_OUTPUT = {
+    "canine": "downsamples the characters between its shallow and its deep layers, so its layers' states have "
+    "different lengths",
+    "funnel": "pools its states to a shorter sequence from block to block, so its layers' states have different "
+    "lengths",
+    "reformer": "gives its layers' states one residual stream wide (hidden_size) and its output both streams side "
+    "by side (2 x hidden_size)",
+}
+
+
 class LayerPooler(Pooler):
     """Reduces each selected layer with the token pooler ``layer_token_pooling`` and combines the layers.
 
@@ -64,6 +76,13 @@ class LayerPooler(Pooler):
     def every_option(cls):
         token_options = (part.every_option() for part in POOLINGS.values() if issubclass(part, TokenPooler))
         return {"layer_start", "layer_token_pooling", *cls.config_options}.union(*token_options)
+
+    @classmethod
+    def backbone_refusal(cls, backbone):
+        reason = LAYER_STATES_UNLIKE_OUTPUT.get(getattr(backbone.config, "model_type", None))
+        if reason is None:
+            return None
+        return f"combines several layers' states, one per input token, but {type(backbone).__name__} {reason}"
 
     @classmethod
     def check_config(cls, config):

@@ -29,7 +29,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils.generic import can_return_tuple
 
-from .backbone import input_embeddings_of, load_backbone
+from .backbone import backbone_class, input_embeddings_of, load_backbone
 from .configuration_multitask import RUNTIME_SETTINGS, SEQUENCE, TOKEN, PooledMultiTaskConfig
 from .configuration_pooled import PooledConfig
 from .losses import classification_loss
@@ -108,8 +108,9 @@ class MultiTaskClassifier(nn.Module):
                 if self.kinds[name] == SEQUENCE:
                     request = hidden_states_request(request, self.heads[name].pooler.hidden_states_read)
             outputs = call.run_backbone(**inputs, output_hidden_states=request)
+            mask = call.states_mask(inputs["attention_mask"], outputs.last_hidden_state)
             for name in shared:
-                results[name] = (outputs, self._read(name, outputs, inputs["attention_mask"]))
+                results[name] = (outputs, self._read(name, outputs, mask))
         for name in self.heads:
             if name not in results:
                 results[name] = self._one(call, inputs, name, output_hidden_states)
@@ -163,6 +164,12 @@ class PooledForMultiTask(PooledPreTrainedModel):
             for module in head.modules()
         }
         self.post_init()
+
+    @classmethod
+    def _reads_every_token(cls, config) -> bool:
+        # A token head reads a state per token (Funnel: the full-length FunnelModel); sequence heads alone read the
+        # backbone their own classifier reads (Funnel: FunnelBaseModel).
+        return any(config.kind(name) == TOKEN for name in config.tasks)
 
     def _refresh_task_configs(self) -> None:
         """The tasks' PooledConfigs, which the losses and decisions read, from the config's tasks as they are now."""
@@ -398,7 +405,12 @@ class PooledForMultiTask(PooledPreTrainedModel):
                     raise ValueError(f"tasks[{name!r}]: {error}") from error
                 settings.update(pooling.tokenizer_settings(settings, load_tokenizer))
         config = PooledMultiTaskConfig(backbone_config=backbone_config, tasks=tasks, **config_kwargs)
-        backbone = load_backbone(backbone_name_or_path, config.backbone_config, **backbone_kwargs)
+        backbone = load_backbone(
+            backbone_name_or_path,
+            config.backbone_config,
+            per_token=cls._reads_every_token(config),
+            **backbone_kwargs,
+        )
         model = cls(config, backbone=backbone)
         # Where export_head finds the tokenizer, as from_pretrained records the folder a model came from.
         model.config._name_or_path = model.name_or_path = str(backbone_name_or_path)
@@ -435,6 +447,14 @@ class PooledForMultiTask(PooledPreTrainedModel):
             if self.config.kind(task) == SEQUENCE
             else PooledForTokenClassification
         )
+        standalone_backbone = backbone_class(config.backbone_config, per_token=model_class.reads_every_token)
+        if type(self.backbone) is not standalone_backbone:
+            raise ValueError(
+                f"export_head({task!r}): this model runs {type(self.backbone).__name__} (for its token tasks), but a "
+                f"standalone {model_class.__name__} of this backbone type loads as {standalone_backbone.__name__}, "
+                "which gives other states: the exported model would not give this head's outputs. Train the task in a "
+                "model of its own kind instead."
+            )
         # The standalone model holds this model's backbone module itself (no copy): its weights are already
         # initialised, so building the standalone model leaves them as they are.
         standalone = model_class(config, backbone=self.backbone)

@@ -36,9 +36,10 @@ from .backbone import (
     load_backbone,
     position_ids_from_mask,
     position_offset,
+    states_mask,
     token_states_module,
 )
-from .configuration_pooled import WATCHED, PooledConfig
+from .configuration_pooled import LOAD_TIME_SETTINGS, PooledConfig
 from .encoding import SentenceEncoderMixin
 from .engines import refuse_engine_backend
 from .heads import HEADS, LabelTokenHead, multi_sample_logits
@@ -54,7 +55,7 @@ from .targets import as_label_tensor, check_labels
 from .text_config import max_positions_of, text_config_of
 
 # Keywords of from_pretrained/from_backbone that are config settings, not the backbone's loading options.
-CONFIG_KEYWORDS = (WATCHED | {"label2id"}) - {"backbone_config"}
+CONFIG_KEYWORDS = LOAD_TIME_SETTINGS
 HUB_KEYS = ("revision", "cache_dir", "token", "local_files_only", "subfolder", "force_download", "proxies")
 logger = logging.get_logger(__name__)
 
@@ -72,6 +73,39 @@ AUTO_MAP = {
     "AutoModel": "modeling_pooled.PooledModel",
     "AutoModelForSequenceClassification": "modeling_pooled.PooledForSequenceClassification",
 }
+
+
+def read_tokenizer_settings(config: PooledConfig) -> None:
+    """Fill in the settings only a tokenizer knows that ``config`` lacks (the token ids label tokens start from, after
+    ``from_pretrained(folder, id2label=...)`` gave new labels) from the tokenizer saved where the model is loaded from
+    (``config.name_or_path``, which ``from_pretrained`` sets). A config read by itself loads no tokenizer: this runs
+    when a model is built. Nothing is filled without such a tokenizer (the label tokens then start from the
+    vocabulary mean, with a warning), or when its ids do not fit the backbone's vocabulary."""
+    source = config.name_or_path
+    pooler = POOLINGS.lookup(config.pooling)
+    current = {name: getattr(config, name) for name in pooler.every_option()}
+    current.update(num_labels=config.num_labels, id2label=config.id2label)
+
+    def load_tokenizer():
+        if not source:
+            raise ValueError("the config was not loaded from a folder")
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+
+    try:
+        wanted = pooler.tokenizer_settings(current, load_tokenizer)
+    except (OSError, ValueError):
+        return
+    if not wanted:
+        return
+    kept = {name: getattr(config, name) for name in wanted}
+    for name, value in wanted.items():
+        setattr(config, name, value)
+    try:
+        config.ensure_valid()
+    except ValueError:  # the folder's tokenizer has ids past this backbone's vocabulary
+        for name, value in kept.items():
+            setattr(config, name, value)
+        config.ensure_valid()
 
 
 class PooledPreTrainedModel(PreTrainedModel):
@@ -95,15 +129,20 @@ class PooledPreTrainedModel(PreTrainedModel):
     # here because Trainer reads a forward that takes **kwargs as one that does, and then neither divides the loss
     # by the gradient accumulation steps nor leaves it alone across processes (it multiplies it by their number).
     accepts_loss_kwargs = False
+    # Whether the model reads a state per input token (a token classifier) rather than pooling the sequence: where
+    # transformers has a full-length and a pooled base model for a type (Funnel), it picks the backbone class.
+    reads_every_token: ClassVar[bool] = False
 
     def __init__(self, config: PooledConfig, *inputs, **kwargs):
         refuse_engine_backend(config)  # vLLM without the plugin: refused, never served with another pooling
         config.ensure_valid()  # a config edited by attribute is validated before modules are built from it
+        if isinstance(config, PooledConfig):
+            read_tokenizer_settings(config)
         super().__init__(config, *inputs, **kwargs)
 
     def _set_backbone(self, config: PooledConfig, backbone: PreTrainedModel | None) -> None:
         if backbone is None:
-            backbone = build_backbone(config.backbone_config)
+            backbone = build_backbone(config.backbone_config, per_token=self._reads_every_token(config))
         else:
             config.backbone_config = backbone.config  # one config object for the backbone we hold
         self.backbone = backbone
@@ -121,6 +160,10 @@ class PooledPreTrainedModel(PreTrainedModel):
         self.position_budget = None if max_positions is None else max_positions - self._position_offset
         if getattr(config, "packed_batches", False):
             self.check_packable()  # refused when built, not at the first batch
+
+    @classmethod
+    def _reads_every_token(cls, config) -> bool:
+        return cls.reads_every_token
 
     def get_backbone(self) -> PreTrainedModel:
         """The Transformers model the pooler reads (BERT, RoBERTa, ESM...)."""
@@ -148,16 +191,11 @@ class PooledPreTrainedModel(PreTrainedModel):
         self.pooler.connect(self)  # new embeddings (resize_token_embeddings makes them): connected again
 
     def resize_token_embeddings(self, new_num_tokens: int | None = None, *args, **kwargs):
-        """Transformers' resize, on the backbone (its config's ``vocab_size`` follows); refused, before anything is
-        resized, when label tokens start from token ids the smaller vocabulary would not have."""
-        ids = getattr(self.config, "label_token_init_ids", None) or []
-        highest = max((token for label in ids for token in label), default=-1)
-        if new_num_tokens is not None and highest >= new_num_tokens:
-            raise ValueError(
-                f"resize_token_embeddings({new_num_tokens}) would drop token id {highest}, which label tokens start "
-                f"from (label_token_init_ids); keep at least {highest + 1} tokens."
-            )
-        return super().resize_token_embeddings(new_num_tokens, *args, **kwargs)
+        """Transformers' resize, on the backbone (its config's ``vocab_size`` follows). Label tokens keep their
+        learned vectors; the token ids they started from are dropped if the new vocabulary no longer holds them."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, *args, **kwargs)
+        self.config.ensure_valid()
+        return embeddings
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -426,7 +464,12 @@ class PooledPreTrainedModel(PreTrainedModel):
         )
         config_kwargs.update(POOLINGS.lookup(pooling).tokenizer_settings(config_kwargs, load_tokenizer))
         config = PooledConfig(backbone_config=backbone_config, pooling=pooling, **config_kwargs)
-        backbone = load_backbone(backbone_name_or_path, config.backbone_config, **backbone_kwargs)
+        backbone = load_backbone(
+            backbone_name_or_path,
+            config.backbone_config,
+            per_token=cls._reads_every_token(config),
+            **backbone_kwargs,
+        )
         model = cls(config, backbone=backbone)
         return model.to(backbone.dtype).eval()
 
@@ -445,6 +488,10 @@ class BackboneCall:
         self.backbone = backbone
         self.position_budget = position_budget
         self.pad_token_id = pad_token_id
+
+    def states_mask(self, attention_mask: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        """The mask of the backbone's output states (the input's, pooled where the backbone pools the sequence)."""
+        return states_mask(self.backbone, attention_mask, states)
 
 
 # 0.1 saved label embeddings as a parameter of the pooler (now the weight of a module of their own) and named the

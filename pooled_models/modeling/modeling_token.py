@@ -106,6 +106,7 @@ class PooledForTokenClassification(PooledPreTrainedModel):
     # A sequence classifier's pooler and head have no place here, nor a PooledModel checkpoint's pooler: from such a
     # checkpoint a token classifier takes the backbone, and its head starts afresh.
     _keys_to_ignore_on_load_unexpected = [r"^classifier\.(pooler|head)\.", r"^pooler\."]
+    reads_every_token = True
 
     def __init__(self, config: PooledConfig, backbone: PreTrainedModel | None = None):
         check_token_config(config)

@@ -43,6 +43,7 @@ __all__ = [
     "get_pooler_class",
     "build_pooler",
     "token_pooling_names",
+    "poolings_that_work",
 ]
 
 # The pooling registry, under the names of the public API since 0.1 (pooled_models.POOLERS, register_pooler).
@@ -53,6 +54,11 @@ get_pooler_class = POOLINGS.lookup
 
 def build_pooler(config: PreTrainedConfig) -> Pooler:
     return POOLINGS.lookup(config.pooling)(config)
+
+
+def poolings_that_work(backbone: nn.Module) -> list[str]:
+    """The registered poolings that can read ``backbone``."""
+    return sorted(name for name, part in POOLINGS.items() if part.backbone_refusal(backbone) is None)
 
 
 def token_pooling_names() -> list[str]:
@@ -88,14 +94,28 @@ class Pooler(nn.Module, Component):
         """Called by the model that holds the pooler once its modules are built (and when its input embeddings are
         replaced): a pooler that edits the backbone's input hooks into it here. Nothing to do by default."""
 
+    @classmethod
+    def backbone_refusal(cls, backbone: nn.Module) -> str | None:
+        """Why this pooling cannot read ``backbone`` (None: it can); ``check_backbone`` raises with it."""
+        return None
+
     def check_backbone(self, backbone: nn.Module, position_budget: int | None) -> None:
-        """Raise ``ValueError`` if this pooler cannot work with ``backbone``."""
+        """Raise ``ValueError`` if this pooler cannot work with ``backbone``, naming the poolings that can."""
+        reason = type(self).backbone_refusal(backbone)
+        if reason is not None:
+            raise ValueError(
+                f"pooling={self.name!r} {reason}. Poolings that work with {type(backbone).__name__}: "
+                f"{', '.join(poolings_that_work(backbone)) or 'none'}."
+            )
 
     def encode(self, encoder, inputs: dict[str, Any], output_hidden_states: bool):
         """Run the backbone through ``encoder.run_backbone(**inputs)`` and pool: ``(backbone outputs, pooled)``."""
         request = hidden_states_request(output_hidden_states, self.hidden_states_read)
         outputs = encoder.run_backbone(**inputs, output_hidden_states=request)
-        return outputs, self(outputs.last_hidden_state, inputs["attention_mask"], outputs.hidden_states)
+        states = outputs.last_hidden_state
+        return outputs, self(
+            states, encoder.states_mask(inputs["attention_mask"], states), outputs.hidden_states
+        )
 
     def forward(
         self,

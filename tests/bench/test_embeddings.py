@@ -24,10 +24,15 @@ def test_texts_are_chosen_by_length_and_mixed_in_a_fixed_order():
 
 @pytest.mark.slow  # loads all-MiniLM-L6-v2 twice and embeds a few dozen quotations
 @pytest.mark.skipif(not FORTUNES_DIR.is_dir(), reason="Debian's fortunes package is not installed")
-def test_a_short_run_finds_both_sides_embeddings_equal(capsys):
-    main(["--per-length", "4", "--rounds", "1", "--warmup", "0"])
+def test_a_short_run_finds_both_sides_embeddings_equal_and_stores_its_report(capsys, tmp_path):
+    argv = ["--per-length", "4", "--rounds", "1", "--warmup", "0"]
+    argv += ["--output", str(tmp_path / "r" / "report.md")]
+    main(argv)
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]  # no header
     assert [row.split(" | ")[0] for row in table] == ["| short", "| medium", "| long", "| mixed"]
     for row in table:
         cells = row.strip("| ").split(" | ")
         assert float(cells[-2]) <= TOLERANCE and cells[-1] == "yes", row
+    stored = (tmp_path / "r" / "report.md").read_text()
+    assert stored.startswith(f"Command: python bench/embeddings.py {' '.join(argv)}\n")
+    assert all(row in stored for row in table) and "torch " in stored

@@ -168,7 +168,8 @@ def test_label_tokens_one_label_or_every_label(tiny_backbone_path, tmp_path, cap
 
 
 def test_the_cli_exports_a_sentence_transformers_folder(checkpoint, tmp_path):
-    sentence_transformers = pytest.importorskip("sentence_transformers")
+    import sentence_transformers
+
     folder, model = checkpoint
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS))
     flags = [

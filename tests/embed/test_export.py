@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 from helpers import run_without_package, tiny_backbone_config
+from sentence_transformers import SentenceTransformer
 from transformers import AutoTokenizer, GPT2Model
 
 from pooled_models import POOLINGS, PooledForSequenceClassification, PooledModel
@@ -16,8 +17,6 @@ from pooled_models.embed import (
     export_sentence_transformers,
     sentence_transformers_route,
 )
-
-SentenceTransformer = pytest.importorskip("sentence_transformers").SentenceTransformer
 
 TEXTS = [
     "A short one.",

@@ -1,14 +1,21 @@
 """Every architecture transformers can classify: each model type with a built-in ``*ForSequenceClassification``
 (``*ForTokenClassification``) in the installed transformers, on a tiny random config, gets every pooling (the token
-head) as a built-in classifier of that type behaves: it builds, runs, trains (gradients reach the pooler, head and
-input embeddings), keeps the built-in model's padding invariance, and saves and reloads through the Auto classes
-with equal logits. Where a pooling cannot work it is refused when the model is built, by a message naming the
-reason and the poolings that do work (REFUSED). Types that even the built-in classifier cannot build or run from a
-tiny config are listed with the reason (BUILT_IN_FAILS).
+head) as a built-in classifier of that type behaves: it builds, runs, trains (gradients reach every pooler and head),
+keeps the built-in model's padding invariance, and saves and reloads through the Auto classes with equal logits. Where
+a pooling cannot work it is refused when the model is built, by a message naming the reason and the poolings that do
+work (REFUSED). Types that even the built-in classifier cannot build or run from a tiny config are expected failures
+with the reason (BUILT_IN_FAILS), strict: a fix upstream makes them fail here, to be moved into the checked types.
+
+Every pooling runs on every type within the suite's time because one model per type carries them all: a
+``PooledForMultiTask`` with one sequence head per pooling on one backbone. Each head is the ``PooledClassifier`` a
+``PooledForSequenceClassification`` holds, run on the same backbone call (label tokens in a pass of their own), so one
+forward checks every pooling's logits and padding, one backward every pooling's gradients, one save and reload
+every pooling's weights. A ``PooledForSequenceClassification`` per type (label tokens, else a pooling in rotation)
+checks the single-task class through ``AutoModelForSequenceClassification``. The last test asserts how many types and
+poolings each check covered.
 
 The tiny configs are built generically (SMALL: every size field a config class has, in its sub-configs too), with
-the per-type settings in OVERRIDES. Every registered pooling runs on a rotating share of the types; mean and label
-tokens run on every one.
+the per-type settings in OVERRIDES.
 """
 
 from __future__ import annotations
@@ -17,11 +24,13 @@ import copy
 import dataclasses
 import json
 import textwrap
+import warnings
+from collections import defaultdict
 
 import pytest
 import torch
 from helpers import run_without_package
-from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import (
     MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
@@ -31,8 +40,10 @@ from transformers.models.auto.modeling_auto import (
 from pooled_models import (
     POOLINGS,
     PooledConfig,
+    PooledForMultiTask,
     PooledForSequenceClassification,
     PooledForTokenClassification,
+    PooledMultiTaskConfig,
 )
 
 # Sizes set wherever a config class (or one of its sub-configs) has the field.
@@ -136,18 +147,30 @@ BUILT_IN_FAILS = {
 
 # Pooling refusals: type -> (poolings refused, what the message must say). Every other pooling works.
 EVERY = "every"
+LAYER_POOLINGS = ("concat_layers", "lstm", "weighted_layer")
 REFUSED = {
     "canine": (
-        ("label_tokens",),
-        r"CanineModel has no input embedding table.*works with this backbone: .*mean",
+        ("label_tokens", *LAYER_POOLINGS),
+        r"(CanineModel has no input embedding table|CanineModel downsamples the characters).*Poolings that work "
+        r"with CanineModel: .*mean",
+    ),
+    "funnel": (
+        ("label_tokens", *LAYER_POOLINGS),
+        r"(FunnelBaseModel pools its states to a shorter sequence|FunnelBaseModel pools the sequence to fewer states)"
+        r".*Poolings that work with FunnelBaseModel",
     ),
     "ibert": (
         ("label_tokens",),
-        r"IBertModel embeds ids with QuantEmbedding.*works with this backbone: .*mean",
+        r"IBertModel embeds ids with QuantEmbedding.*Poolings that work with IBertModel: .*mean",
     ),
     "perceiver": (
         EVERY,
-        r"(PerceiverModel takes no input_ids .*Poolings that work with it: none|has no num_hidden_layers)",
+        r"(PerceiverModel takes no input_ids .*Poolings that work with it: none|has no num_hidden_layers"
+        r"|defaults to a size the backbone's config does not have.*hidden_size)",
+    ),
+    "reformer": (
+        LAYER_POOLINGS,
+        r"ReformerModel gives its layers' states one residual stream wide.*Poolings that work with ReformerModel",
     ),
 }
 
@@ -161,11 +184,14 @@ STATES_MOVE_WITH_PADDING = {
     "nystromformer": "its Nystrom landmarks are means over segments of the padded sequence, so padding moves every "
     "state a little",
 }
+PADDING_TOLERANCE = 1e-4
 # Reformer trains only on sequences exactly as long as its axial position shape multiplies out to (its own classifier
 # too): 8 * 8 here.
 TRAINING_LENGTHS = {"reformer": (64, 64)}
 
 POOLINGS_SORTED = sorted(POOLINGS)
+# What each check covered: check -> {(model_type, pooling or side)}, filled by the tests above the last one.
+COVERED: dict[str, set] = defaultdict(set)
 
 
 def _field_names(config_class) -> set[str]:
@@ -241,8 +267,9 @@ def _padding_drift(model, lengths=(5, 3)) -> dict[str, float]:
 
 
 def _cases(mapping, fails):
+    # strict: a type the built-in classifier learns to run makes the test fail, to be moved into the checked types.
     return [
-        pytest.param(model_type, marks=pytest.mark.skip(reason=fails[model_type]))
+        pytest.param(model_type, marks=pytest.mark.xfail(reason=fails[model_type], strict=True))
         if model_type in fails
         else model_type
         for model_type in sorted(mapping)
@@ -269,47 +296,114 @@ def _one_thread():
     torch.set_num_threads(previous)
 
 
+def _working_poolings(model_type: str) -> list[str]:
+    return [pooling for pooling in POOLINGS_SORTED if not _refused(model_type, pooling)]
+
+
+def _every_pooling_model(backbone_config, poolings: list[str]) -> PooledForMultiTask:
+    """One backbone with a sequence head per pooling (``by_<pooling>``), each as a classifier of that pooling has it."""
+    tasks = {f"by_{pooling}": {"kind": "sequence", **_settings(pooling)} for pooling in poolings}
+    torch.manual_seed(0)
+    return PooledForMultiTask(PooledMultiTaskConfig(backbone_config=backbone_config, tasks=tasks)).eval()
+
+
+def _check_padding(model_type, built_in_drift, drift, what, check="padding") -> None:
+    """Invariant on each side where the built-in classifier of the type is (the first text alone against batched)."""
+    for side, moved in drift.items():
+        if built_in_drift[side] < PADDING_TOLERANCE and model_type not in STATES_MOVE_WITH_PADDING:
+            assert moved < PADDING_TOLERANCE, f"{what}: {side} padding moves the logits by {moved}"
+            COVERED[f"{check}_{side}"].add((model_type, what))
+
+
+def _every_head_drift(model, lengths=(5, 3)) -> dict[str, dict[str, float]]:
+    """``_padding_drift`` of every head at once: task -> side -> how far its logits move."""
+    alone = _batch(lengths[:1])
+    with torch.no_grad():
+        reference = model(**alone)
+        drift = defaultdict(dict)
+        for side in ("right", "left"):
+            batch = _batch((lengths[0], lengths[0] + 4), side=side)
+            batch["input_ids"][0, batch["attention_mask"][0] == 1] = alone["input_ids"][0]
+            got = model(**batch)
+            for task in reference:
+                drift[task][side] = float((got[task].logits[0] - reference[task].logits[0]).abs().max())
+    return drift
+
+
 @pytest.mark.parametrize(
     "model_type", _cases(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, BUILT_IN_FAILS)
 )
-def test_every_sequence_classification_type(model_type, tmp_path):
+def test_every_pooling_on_every_sequence_classification_type(model_type, tmp_path):
     torch.manual_seed(0)
     backbone_config = tiny_config(model_type)
     built_in = AutoModelForSequenceClassification.from_config(_with_labels(backbone_config)).eval()
     built_in_drift = _padding_drift(built_in)
-    # mean and label tokens on every type, and one more pooling in turn, so that every pooling runs on some types.
-    extra = POOLINGS_SORTED[SEQUENCE_TYPES.index(model_type) % len(POOLINGS_SORTED)]
-    for pooling in dict.fromkeys(("mean", "label_tokens", extra)):
+    for side, moved in built_in_drift.items():
+        if moved < PADDING_TOLERANCE and model_type not in STATES_MOVE_WITH_PADDING:
+            COVERED[f"built_in_invariant_{side}"].add(model_type)
+    for pooling in POOLINGS_SORTED:
         refusal = _refused(model_type, pooling)
         if refusal:
             with pytest.raises(ValueError, match=refusal):  # by the config or, at the latest, the model
                 PooledForSequenceClassification(
                     PooledConfig(backbone_config=backbone_config, **_settings(pooling))
                 )
-            continue
-        config = PooledConfig(backbone_config=backbone_config, **_settings(pooling))
-        torch.manual_seed(0)
-        model = PooledForSequenceClassification(config).eval()
-        batch = _batch((5, 3))
-        logits = model(**batch).logits
+            COVERED["refused"].add((model_type, pooling))
+    poolings = _working_poolings(model_type)
+    if not poolings:
+        return
+    model = _every_pooling_model(backbone_config, poolings)
+    batch = _batch((5, 3))
+    with torch.no_grad():
+        outputs = model(**batch)
+    for pooling in poolings:
+        logits = outputs[f"by_{pooling}"].logits
         assert logits.shape == (2, 3) and torch.isfinite(logits).all(), pooling
-        # Padding: invariant on each side where the built-in classifier of the type is.
-        for side, drift in _padding_drift(model).items():
-            if built_in_drift[side] < 1e-4 and model_type not in STATES_MOVE_WITH_PADDING:
-                assert drift < 1e-4, f"{pooling}: {side} padding moves the logits by {drift}"
-        # Training: gradients reach the pooler and the head.
-        model.train()
-        train_batch = _batch(TRAINING_LENGTHS.get(model_type, (5, 3)))
-        model(**train_batch, labels=torch.tensor([0, 2])).loss.backward()
-        without = [name for name, p in model.classifier.named_parameters() if p.grad is None]
+        COVERED["runs"].add((model_type, pooling))
+    for task, drift in _every_head_drift(model).items():
+        _check_padding(model_type, built_in_drift, drift, task.removeprefix("by_"))
+    # Training: a loss over every head's logits gives every pooler's and head's parameters a gradient.
+    model.train()
+    train_batch = _batch(TRAINING_LENGTHS.get(model_type, (5, 3)))
+    trained = model(**train_batch)
+    labels = torch.tensor([0, 2])
+    sum(torch.nn.functional.cross_entropy(out.logits, labels) for out in trained.values()).backward()
+    for pooling in poolings:
+        head = model.classifier.heads[f"by_{pooling}"]
+        without = [name for name, p in head.named_parameters() if p.grad is None]
         assert not without, f"{pooling}: no gradient for {without}"
-        model.eval()
-        if pooling == "label_tokens" or model_type in REMOTE_SAMPLE:
-            model.save_pretrained(tmp_path / pooling)
-            reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / pooling).eval()
-            assert type(reloaded) is PooledForSequenceClassification
-            with torch.no_grad():
-                torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits)
+        COVERED["gradients"].add((model_type, pooling))
+    # Save and reload every pooling at once, through AutoModel, to the same logits.
+    model.eval().save_pretrained(tmp_path / "every_pooling")
+    reloaded = AutoModel.from_pretrained(tmp_path / "every_pooling").eval()
+    assert type(reloaded) is PooledForMultiTask
+    with torch.no_grad():
+        again = reloaded(**batch)
+        expected = model(**batch)
+    for pooling in poolings:
+        task = f"by_{pooling}"
+        torch.testing.assert_close(again[task].logits, expected[task].logits, msg=pooling)
+        COVERED["save_reload"].add((model_type, pooling))
+    _check_the_classifier_class(model_type, backbone_config, poolings, built_in_drift, tmp_path)
+
+
+def _check_the_classifier_class(model_type, backbone_config, poolings, built_in_drift, tmp_path) -> None:
+    """The single-task class itself, built, padded, saved and reloaded through AutoModelForSequenceClassification:
+    with label tokens (the pooling with most behind it) where they work, else with a pooling in rotation."""
+    rotating = POOLINGS_SORTED[SEQUENCE_TYPES.index(model_type) % len(POOLINGS_SORTED)]
+    for pooling in [next(p for p in ("label_tokens", rotating, *poolings) if p in poolings)]:
+        torch.manual_seed(0)
+        model = PooledForSequenceClassification(
+            PooledConfig(backbone_config=backbone_config, **_settings(pooling))
+        ).eval()
+        _check_padding(model_type, built_in_drift, _padding_drift(model), pooling, check="classifier_padding")
+        batch = _batch((5, 3))
+        model.save_pretrained(tmp_path / pooling)
+        reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / pooling).eval()
+        assert type(reloaded) is PooledForSequenceClassification and reloaded.config.pooling == pooling
+        with torch.no_grad():
+            torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits)
+        COVERED["classifier_save_reload"].add((model_type, pooling))
 
 
 TOKEN_TYPES = sorted(MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES)
@@ -322,6 +416,7 @@ def test_every_token_classification_type(model_type, tmp_path):
     if _refused(model_type, "mean"):
         with pytest.raises(ValueError, match=REFUSED[model_type][1]):
             PooledForTokenClassification(PooledConfig(backbone_config=backbone_config, num_labels=3))
+        COVERED["token_refused"].add((model_type, "token"))
         return
     built_in = AutoModelForTokenClassification.from_config(_with_labels(backbone_config)).eval()
     built_in_drift = _padding_drift(built_in)
@@ -330,17 +425,18 @@ def test_every_token_classification_type(model_type, tmp_path):
     logits = model(**batch).logits
     assert logits.shape == (2, 5, 3) and torch.isfinite(logits).all()
     for side, drift in _padding_drift(model).items():
-        if built_in_drift[side] < 1e-4:
-            assert drift < 1e-4, f"{side} padding moves the token logits by {drift}"
+        if built_in_drift[side] < PADDING_TOLERANCE:
+            assert drift < PADDING_TOLERANCE, f"{side} padding moves the token logits by {drift}"
+            COVERED[f"token_padding_{side}"].add((model_type, "token"))
     model.train()
     labels = torch.where(batch["attention_mask"] == 1, 1, -100)
     model(**batch, labels=labels).loss.backward()
     assert all(p.grad is not None for p in model.classifier.parameters())
-    if TOKEN_TYPES.index(model_type) % 4 == 0:  # a quarter of the types: the sequence test saves every one
-        model.eval().save_pretrained(tmp_path)
-        reloaded = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
-        with torch.no_grad():
-            torch.testing.assert_close(reloaded(**batch).logits, model.eval()(**batch).logits)
+    model.eval().save_pretrained(tmp_path)
+    reloaded = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, model.eval()(**batch).logits)
+    COVERED["token_save_reload"].add((model_type, "token"))
 
 
 # A decoder with a nested text config, a seq2seq model read through its encoder, one without input embeddings, one with
@@ -379,15 +475,53 @@ def test_remote_code_reload_of_a_sample_of_types(tmp_path):
         torch.testing.assert_close(torch.tensor(got[model_type]), torch.tensor(expected[model_type]))
 
 
-def test_every_registered_pooling_runs_on_some_type():
-    covered = {"mean", "label_tokens"} | {
-        POOLINGS_SORTED[index % len(POOLINGS_SORTED)] for index in range(len(SEQUENCE_TYPES))
-    }
-    assert covered == set(POOLINGS)
-
-
 def test_the_lists_name_only_types_of_the_installed_transformers():
     known = set(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES) | set(
         MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES
     )
     assert set(BUILT_IN_FAILS) | set(REFUSED) | set(OVERRIDES) <= known
+
+
+def _expected(types, fails) -> list[str]:
+    return [model_type for model_type in types if model_type not in fails]
+
+
+def test_what_the_checks_covered():
+    """Runs last in this file: how many types and poolings each check really covered, asserted and reported."""
+    sequence = _expected(SEQUENCE_TYPES, BUILT_IN_FAILS)
+    ran = {model_type for model_type, _ in COVERED["runs"] | COVERED["refused"]}
+    if ran != set(sequence):
+        pytest.skip("a part of the file ran (-k, a single test): the counts are those of the whole file")
+    every = {(model_type, pooling) for model_type in sequence for pooling in POOLINGS_SORTED}
+    refused = {(t, p) for t, p in every if _refused(t, p)}
+    working = every - refused
+    # Every pooling on every type: runs, gets gradients and reloads, or is refused by name.
+    assert COVERED["refused"] == refused
+    for check in ("runs", "gradients", "save_reload"):
+        assert COVERED[check] == working, (check, sorted(working - COVERED[check])[:10])
+    assert {t for t, _ in COVERED["classifier_save_reload"]} == {t for t, _ in working}
+    token = _expected(TOKEN_TYPES, BUILT_IN_FAILS)
+    assert {t for t, _ in COVERED["token_save_reload"] | COVERED["token_refused"]} == set(token)
+    counts = {
+        "sequence types": len(sequence),
+        "poolings": len(POOLINGS_SORTED),
+        "type x pooling pairs run, trained and reloaded": len(working),
+        "refused by name": len(refused),
+        "types the built-in classifier cannot run (expected failures)": len(BUILT_IN_FAILS),
+        **{
+            f"padding checked, {side}": f"{len(COVERED[f'built_in_invariant_{side}'])} types (where the built-in is "
+            f"invariant), {len(COVERED[f'padding_{side}'])} type x pooling pairs"
+            for side in ("right", "left")
+        },
+        "token types reloaded": len(COVERED["token_save_reload"]),
+        **{
+            f"token padding checked, {side}": len(COVERED[f"token_padding_{side}"])
+            for side in ("right", "left")
+        },
+    }
+    # Wherever the built-in classifier is padding-invariant, every working pooling was checked to be.
+    for side in ("right", "left"):
+        invariant = COVERED[f"built_in_invariant_{side}"]
+        assert COVERED[f"padding_{side}"] == {(t, p) for t, p in working if t in invariant}, side
+        assert len(invariant) >= 0.4 * len(sequence), counts  # the check is not emptied by a change upstream
+    warnings.warn(f"architecture coverage: {json.dumps(counts)}", UserWarning, stacklevel=1)

@@ -185,7 +185,7 @@ def test_weights_are_never_read_from_pickle(multi_label_folder, tmp_path):
     shutil.copy(folder / "config.json", pickled / "config.json")
     model = PooledForSequenceClassification.from_pretrained(folder)
     torch.save(model.state_dict(), pickled / "pytorch_model.bin")
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match=r"no file named model\.safetensors"):
         AutoModelForSequenceClassification.from_pretrained(pickled)
 
 

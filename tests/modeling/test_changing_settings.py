@@ -6,6 +6,7 @@ logits: no checkpoint that saves but does not load back."""
 import pytest
 import torch
 from helpers import random_batch
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 
 from pooled_models import POOLINGS, PooledConfig, PooledForSequenceClassification
 from pooled_models.modeling.configuration_pooled import CHOICES
@@ -58,6 +59,7 @@ def round_trip(model, tmp_path, batch, labels=None) -> None:
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, output.logits)
     only_settings_that_apply(reloaded.config)
+    return reloaded
 
 
 def pooling_pairs(sources):
@@ -72,7 +74,8 @@ def test_a_saved_model_loads_with_another_pooling(saved, tmp_path, source, targe
     )
     assert model.config.pooling == target and model.pooler.name == target
     only_settings_that_apply(model.config)
-    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+    reloaded = round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+    assert reloaded.config.pooling == target and reloaded.pooler.name == target
 
 
 @pytest.mark.slow
@@ -81,8 +84,10 @@ def test_every_pooling_loads_as_every_other(saved, tmp_path, source, target):
     model = PooledForSequenceClassification.from_pretrained(
         saved(source), pooling=target, ignore_mismatched_sizes=True
     )
+    assert model.config.pooling == target and model.pooler.name == target
     only_settings_that_apply(model.config)
-    round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+    reloaded = round_trip(model, tmp_path, random_batch([5, 9]), labels=torch.tensor([0, 2]))
+    assert reloaded.config.pooling == target and reloaded.pooler.name == target
 
 
 def test_settings_given_with_the_new_pooling_are_kept_and_checked(saved):
@@ -94,7 +99,10 @@ def test_settings_given_with_the_new_pooling_are_kept_and_checked(saved):
         ValueError, match=r"attention_heads=2 does not apply to pooling='mean'; it is a setting of"
     ):
         PooledForSequenceClassification.from_pretrained(saved("mean"), attention_heads=2)
-    with pytest.raises(ValueError, match=r"Unknown pooling 'average'\. Valid choices: attention, cls"):
+    with pytest.raises(
+        StrictDataclassFieldValidationError,
+        match=r"Unknown pooling 'average'\. Valid choices: attention, cls",
+    ):
         PooledForSequenceClassification.from_pretrained(saved("mean"), pooling="average")
 
 
@@ -219,10 +227,12 @@ def test_an_edited_label_token_layers_builds_saves_and_reloads(saved, tmp_path):
     model = PooledForSequenceClassification(config)
     assert model.pooler.top_layers == 1
     round_trip(model, tmp_path, random_batch([5, 9]))
-    config.label_token_layers = "half"
+    with pytest.raises(StrictDataclassFieldValidationError, match=r"field 'label_token_layers'"):
+        config.label_token_layers = "half"  # neither an integer nor 'all': refused as it is set
+    config.label_token_layers = 3
     with pytest.raises(
         ValueError,
-        match=r"label_token_layers must be 'all' or an integer in \[1, num_hidden_layers=2\].*got 'half'",
+        match=r"label_token_layers must be 'all' or an integer in \[1, num_hidden_layers=2\].*got 3",
     ):
         PooledForSequenceClassification(config)
 
@@ -243,9 +253,12 @@ def test_an_unknown_choice_is_refused_at_once():
         ("multi_label_loss", "hinge"),
         ("label_token_init", "zeros"),
     ):
-        with pytest.raises(ValueError, match=rf"Unknown {name} {value!r}\. Valid choices:"):
+        with pytest.raises(
+            StrictDataclassFieldValidationError, match=rf"Unknown {name} {value!r}\. Valid choices:"
+        ):
             setattr(config, name, value)
         assert getattr(config, name) != value
+    assert not config.has_pending_changes
 
 
 def test_a_live_model_follows_run_time_settings_and_refuses_structural_ones(saved, tmp_path):
@@ -318,12 +331,28 @@ def test_resizing_the_vocabulary_keeps_both_configs_consistent_and_reloads_exact
         assert torch.equal(reloaded.eval()(**batch).logits, model.eval()(**batch).logits)
 
 
-def test_resizing_below_the_label_tokens_starting_ids_is_refused_before_resizing(saved):
-    model = PooledForSequenceClassification.from_pretrained(saved("label_tokens"))
+def test_resizing_below_the_label_tokens_starting_ids_keeps_their_vectors_and_drops_the_ids(saved, tmp_path):
+    # As a built-in model, a label-token model resizes to any size. The label tokens' vectors are parameters of their
+    # own, which resizing leaves alone; the token ids they started from no longer name tokens of the smaller
+    # vocabulary, so they are dropped (new labels of a later re-heading start from the vocabulary mean).
+    model = PooledForSequenceClassification.from_pretrained(saved("label_tokens")).eval()
     highest = max(token for label in model.config.label_token_init_ids for token in label)
-    with pytest.raises(ValueError, match=rf"would drop token id {highest}, which label tokens start from"):
-        model.resize_token_embeddings(highest)
-    assert model.get_input_embeddings().num_embeddings == model.config.backbone_config.vocab_size
+    vectors = model.pooler.label_embeddings.weight.detach().clone()
+    model.resize_token_embeddings(highest)
+    assert model.get_input_embeddings().num_embeddings == model.config.vocab_size == highest
+    assert model.config.label_token_init_ids is None
+    assert torch.equal(model.pooler.label_embeddings.weight, vectors)
+    batch = random_batch([5, 9])
+    batch["input_ids"].clamp_(max=highest - 1)
+    with torch.no_grad():
+        logits = model(**batch).logits
+    model.save_pretrained(tmp_path / "smaller")
+    reloaded, info = PooledForSequenceClassification.from_pretrained(
+        tmp_path / "smaller", output_loading_info=True
+    )
+    assert not any(info.values()), info
+    with torch.no_grad():
+        assert torch.equal(reloaded.eval()(**batch).logits, logits)
 
 
 def test_from_pretrained_on_a_plain_backbone_builds_the_pooled_model_around_it(tiny_backbone_path, caplog):

@@ -102,15 +102,37 @@ def test_a_multitask_model_compiles_fullgraph_for_one_task_and_for_every_head():
     torch.testing.assert_close(one.loss, reference.loss)
 
 
+def onnx_outputs(path, batch: dict[str, torch.Tensor]) -> list:
+    """What onnxruntime gives for ``batch`` (token types of zeros where the batch has none)."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {
+        item.name: batch.get(item.name, torch.zeros_like(batch["input_ids"])).numpy()
+        for item in session.get_inputs()
+    }
+    return session.run(None, feed)
+
+
+# Batches of shapes the export never saw (the sample export_onnx traces is 2 x 16), each with a padded row.
+OTHER_SHAPES = [
+    random_batch([23, 4, 11], seed=1),
+    random_batch([7], seed=2),
+    random_batch([30, 30, 2, 9], seed=3),
+]
+
+
 # One pooling is enough for the single-model export path: every pooling, label tokens in three variants included, is
-# exported and verified the same way by the multi-task export below (one export instead of one per pooling).
+# exported and compared the same way by the multi-task export below (one export instead of one per pooling).
 @pytest.mark.parametrize("pooling", ["mean"])
 def test_onnx_export_with_dynamic_axes_matches_pytorch_on_other_shapes(pooling, tmp_path):
-    model = model_for(pooling)
-    # export_onnx runs the file with onnxruntime on the sample and on batches of other shapes (3 x 23 and 1 x 7)
-    # and raises if any output differs from PyTorch's by more than 1e-4.
+    model = model_for(pooling).eval()
     path = export_onnx(model, tmp_path / "model.onnx")
-    assert path.stat().st_size > 10_000
+    for batch in OTHER_SHAPES:
+        (logits,) = onnx_outputs(path, batch)
+        with torch.no_grad():
+            expected = model(**batch).logits
+        torch.testing.assert_close(torch.from_numpy(logits), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_a_token_classifier_exports_to_onnx(tmp_path):
@@ -143,11 +165,16 @@ def test_every_pooling_exports_to_onnx_in_one_multitask_model(tmp_path):
     }
     # Multi-sample dropout exports as the single evaluation pass (classifier_dropout_samples only acts in training).
     tasks["by_mean"] |= {"classifier_dropout": 0.1, "classifier_dropout_samples": 3}
-    model = tiny_multitask_model(tasks=tasks)
+    model = tiny_multitask_model(tasks=tasks).eval()
     path = export_onnx(model, tmp_path / "model.onnx")
     assert [output.name for output in onnx.load(str(path)).graph.output] == [
         f"{task}_logits" for task in tasks
     ]
+    for batch in OTHER_SHAPES:
+        with torch.no_grad():
+            expected = model(**batch)
+        for task, logits in zip(tasks, onnx_outputs(path, batch), strict=True):
+            torch.testing.assert_close(torch.from_numpy(logits), expected[task].logits, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow
@@ -181,7 +208,17 @@ def test_an_export_that_does_not_match_is_refused(tmp_path, monkeypatch):
         )
 
 
-@pytest.mark.parametrize("pooling", ["label_tokens", "attention", "lstm"])
+# The poolings whose pooler holds parameters, which offloading moves to disk (test_the_offload_list_is_complete).
+POOLINGS_WITH_PARAMETERS = ["attention", "gem", "label_tokens", "lstm", "weighted_layer"]
+
+
+def test_the_offload_list_is_complete():
+    assert [
+        name for name in sorted(POOLERS) if list(model_for(name).pooler.parameters())
+    ] == POOLINGS_WITH_PARAMETERS
+
+
+@pytest.mark.parametrize("pooling", POOLINGS_WITH_PARAMETERS)
 def test_disk_offload_runs_every_pooling_with_parameters(pooling):
     from accelerate import disk_offload
 

@@ -1,12 +1,14 @@
 """PooledConfig: validation with clear errors, defaults filled in, exact JSON round trip, no code references."""
 
+import dataclasses
 import json
 
 import pytest
 from helpers import TINY_BACKBONES, tiny_backbone_config
-from transformers import AutoConfig, BertConfig
+from huggingface_hub.errors import StrictDataclassFieldValidationError
+from transformers import AutoConfig, BertConfig, PreTrainedConfig
 
-from pooled_models import POOLERS, PooledConfig
+from pooled_models import POOLERS, PooledConfig, PooledMultiTaskConfig
 
 
 def config(**settings):
@@ -67,7 +69,19 @@ def test_code_references_are_removed_from_the_backbone_config(tmp_path):
     built.save_pretrained(tmp_path)
     saved_backbone = json.loads((tmp_path / "config.json").read_text())["backbone_config"]
     assert not {"auto_map", "trust_remote_code", "custom_pipelines"} & set(saved_backbone)
-    assert "_name_or_path" not in saved_backbone
+
+
+def test_where_the_backbone_was_loaded_from_stays_off_disk(tmp_path):
+    built = config()
+    loaded_from = "/home/someone/models/bert"
+    built.backbone_config.name_or_path = loaded_from  # as from_pretrained leaves a loaded backbone's
+    built.save_pretrained(tmp_path)
+    saved_backbone = json.loads((tmp_path / "config.json").read_text())["backbone_config"]
+    # Blank (or left out, as transformers before 5.20 saves sub-configs), as transformers saves a backbone sub-config
+    # built in place (UperNetConfig().backbone_config's).
+    assert saved_backbone.get("_name_or_path", "") == ""
+    assert loaded_from not in (tmp_path / "config.json").read_text()
+    assert built.backbone_config.name_or_path == loaded_from  # encode finds the tokenizer there
 
 
 def test_backbone_model_type_must_be_built_into_transformers():
@@ -81,11 +95,49 @@ def test_default_backbone_is_bert_base():
     assert PooledConfig().backbone_config.model_type == "bert"
 
 
-def test_unknown_pooling_lists_the_choices():
-    with pytest.raises(
-        ValueError, match=r"Unknown pooling 'average'\. Valid choices: .*cls_mean_max.*weighted_layer"
-    ):
-        config(pooling="average")
+# A name no registry holds, or a value outside a closed choice: refused as it is set, at construction or by assignment
+# (@strict runs the field's check on every assignment, as for a built-in config's Literal fields), naming the choices.
+UNKNOWN_NAMES = [
+    ("pooling", "average", r"Unknown pooling 'average'\. Valid choices: .*cls_mean_max.*weighted_layer"),
+    ("classifier_head", "mlp", r"Unknown classifier_head 'mlp'\. Valid choices: dense, linear"),
+    (
+        "multi_label_loss",
+        "hinge",
+        r"Unknown multi_label_loss 'hinge'\. Valid choices: asymmetric, bce, focal",
+    ),
+    (
+        "label_token_init",
+        "zeros",
+        r"Unknown label_token_init 'zeros'\. Valid choices: cls, label_text, random",
+    ),
+    ("label_token_scorer", "mlp", r"expected one of \('per_label', 'shared'\), got mlp"),
+    ("label_token_attention", "both", r"expected one of \('two_way', 'one_way'\), got both"),
+]
+
+
+@pytest.mark.parametrize("name, value, message", UNKNOWN_NAMES, ids=[name for name, *_ in UNKNOWN_NAMES])
+def test_an_unknown_name_is_refused_when_set_naming_the_choices(name, value, message):
+    with pytest.raises(StrictDataclassFieldValidationError, match=rf"field '{name}'(.|\n)*{message}"):
+        config(**{name: value})
+    built = config()
+    with pytest.raises(StrictDataclassFieldValidationError, match=message):
+        setattr(built, name, value)
+    assert getattr(built, name) != value
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("attention_heads", "2"),
+        ("gem_p", "3"),
+        ("packed_batches", 1),
+        ("pos_weight", [1.0, "2"]),
+        ("layer_start", 1.0),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_when_set(name, value):
+    with pytest.raises(StrictDataclassFieldValidationError, match=rf"field '{name}'"):
+        config(**{name: value})
 
 
 @pytest.mark.parametrize(
@@ -136,7 +188,6 @@ def test_layer_index_the_backbone_does_not_have(pooling, layer_start):
         ({"pooling": "attention", "attention_heads": 0}, r"attention_heads must be an integer >= 1"),
         ({"pooling": "gem", "gem_p": 0.5}, r"gem_p must be a number >= 1"),
         ({"pooling": "lstm", "lstm_hidden_size": -1}, r"lstm_hidden_size must be an integer >= 1"),
-        ({"classifier_head": "mlp"}, r"Unknown classifier_head 'mlp'\. Valid choices: dense, linear"),
         (
             {"classifier_head": "dense", "classifier_activation": "swishy"},
             r"Unknown classifier_activation 'swishy'\. Valid choices: .*gelu.*tanh",
@@ -173,3 +224,12 @@ def test_label_maps():
     built = config(id2label={0: "neg", 1: "pos"})
     assert built.num_labels == 2 and built.label2id == {"neg": 0, "pos": 1}
     assert config(num_labels=5).num_labels == 5
+
+
+@pytest.mark.parametrize("config_class", [PooledConfig, PooledMultiTaskConfig])
+def test_every_setting_is_a_typed_field_with_help_text(config_class):
+    base = {field.name for field in dataclasses.fields(PreTrainedConfig)}
+    own = [field for field in dataclasses.fields(config_class) if field.name not in base]
+    assert own and all(field.type is not None and not isinstance(field.type, str) for field in own)
+    undocumented = [field.name for field in own if f"    {field.name} (`" not in config_class.__doc__]
+    assert not undocumented, undocumented

@@ -247,7 +247,8 @@ def test_a_progress_bar_on_long_inputs_or_when_asked(tiny_backbone_path, capsys,
 
 
 def test_a_peft_wrapped_classifier_encodes_through_its_adapters(tiny_backbone_path):
-    peft = pytest.importorskip("peft")
+    import peft
+
     classifier = build(tiny_backbone_path, "mean", PooledForSequenceClassification, num_labels=3)
     before = classifier.encode(TEXTS)
     config = peft.LoraConfig(task_type="SEQ_CLS", target_modules=["query", "value"], init_lora_weights=False)

@@ -6,6 +6,7 @@ alone, whatever the labels, and each label's token still reads the text."""
 import pytest
 import torch
 from helpers import assert_padding_and_batching_invariant, random_batch
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 from test_late_label_tokens import late_model
 
 from pooled_models import PooledConfig, PooledForSequenceClassification
@@ -103,7 +104,11 @@ def test_save_reload_and_fullgraph_compilation(tmp_path):
 
 def test_the_default_is_two_way_and_a_bad_value_names_the_choices():
     assert late_model("bert", layers=1).config.label_token_attention == "two_way"
-    with pytest.raises(ValueError, match=r"label_token_attention 'both'. Valid choices: two_way, one_way"):
+    # A closed choice (Literal["two_way", "one_way"]): @strict refuses another value as it is set, naming the choices.
+    with pytest.raises(
+        StrictDataclassFieldValidationError,
+        match=r"label_token_attention.*\('two_way', 'one_way'\), got both",
+    ):
         late_model("bert", layers=1, label_token_attention="both")
 
 

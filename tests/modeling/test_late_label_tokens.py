@@ -16,6 +16,7 @@ from helpers import (
     run_without_package,
     tiny_backbone_config,
 )
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 
 from pooled_models import PooledConfig, PooledForSequenceClassification
 from pooled_models.modeling.label_token_layers import LAYER_STACKS
@@ -342,11 +343,18 @@ def test_lora_trains_the_label_embeddings_and_an_adapter_reproduces_the_logits(t
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [0, 4, -1, "half", "2", True, 1.5])
+@pytest.mark.parametrize("value", [0, 4, -1])
 def test_a_bad_value_names_the_option_and_the_valid_range(value):
     with pytest.raises(
         ValueError, match=r"label_token_layers must be 'all' or an integer in \[1, num_hidden_layers=3\].*got"
     ):
+        late_model("bert", layers=value)
+
+
+@pytest.mark.parametrize("value", ["half", "2", True, 1.5])
+def test_a_value_of_another_type_is_refused_when_set(value):
+    # The field is typed int | Literal["all"]: @strict refuses the value as it is set, as for a built-in config.
+    with pytest.raises(StrictDataclassFieldValidationError, match=r"field 'label_token_layers'"):
         late_model("bert", layers=value)
 
 

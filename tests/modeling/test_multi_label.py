@@ -145,10 +145,6 @@ def test_loss_formulas():
 @pytest.mark.parametrize(
     "settings, message",
     [
-        (
-            {"multi_label_loss": "hinge"},
-            r"Unknown multi_label_loss 'hinge'\. Valid choices: asymmetric, bce, focal",
-        ),
         ({"focal_gamma": 2.0}, r"focal_gamma=2.0 does not apply to multi_label_loss='bce'"),
         (
             {"multi_label_loss": "focal", "asymmetric_clip": 0.1},

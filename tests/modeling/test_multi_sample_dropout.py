@@ -15,6 +15,7 @@ from helpers import (
     tiny_model,
     tiny_multitask_model,
 )
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 from torch.nn import functional as F
 
 from pooled_models import (
@@ -204,9 +205,15 @@ def test_multitask_sequence_and_token_tasks_take_their_own_number_of_samples(tmp
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [0, -2, 2.0, "4", True, None])
-def test_a_number_of_samples_that_is_not_an_integer_from_one_is_refused(value):
+@pytest.mark.parametrize("value", [0, -2])
+def test_a_number_of_samples_below_one_is_refused(value):
     with pytest.raises(ValueError, match=r"classifier_dropout_samples must be an integer >= 1 \(1: off"):
+        PooledConfig(backbone_config=tiny_backbone_config(), classifier_dropout_samples=value)
+
+
+@pytest.mark.parametrize("value", [2.0, "4", True, None])
+def test_a_number_of_samples_that_is_not_an_integer_is_refused_when_set(value):
+    with pytest.raises(StrictDataclassFieldValidationError, match=r"field 'classifier_dropout_samples'"):
         PooledConfig(backbone_config=tiny_backbone_config(), classifier_dropout_samples=value)
 
 

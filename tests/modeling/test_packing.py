@@ -6,6 +6,7 @@ import copy
 import pytest
 import torch
 from helpers import random_batch, tiny_backbone_config, tiny_model, tiny_multitask_model
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 
 from pooled_models import (
     POOLERS,
@@ -212,7 +213,9 @@ def test_packing_needs_positions_from_the_mask_and_a_bool():
         PooledConfig(
             backbone_config=tiny_backbone_config(), packed_batches=True, position_ids_from_mask=False
         )
-    with pytest.raises(ValueError, match="packed_batches must be True or False"):
+    with pytest.raises(
+        StrictDataclassFieldValidationError, match=r"field 'packed_batches'[\s\S]*expected bool"
+    ):
         PooledConfig(backbone_config=tiny_backbone_config(), packed_batches="yes")
 
 

@@ -155,7 +155,8 @@ def test_resize_token_embeddings_saves_and_reloads(model_class, tmp_path):
 
 
 def test_peft_lora_for_token_classification_trains_and_saves_the_head(tmp_path):
-    peft = pytest.importorskip("peft")
+    import peft
+
     model = token_model("dense").train()
     lora = peft.get_peft_model(
         model, peft.LoraConfig(task_type=peft.TaskType.TOKEN_CLS, target_modules=["query", "value"], r=4)

@@ -3,6 +3,7 @@ file's tasks): per-task metrics and predictions, best-model selection, threshold
 learning rates, loss weights, resuming, bad configs, the model card and the published models."""
 
 import json
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -40,6 +41,22 @@ def entity_files(tmp_path, count=96):
         split: write_rows(tmp_path / f"{split}.jsonl", entity_rows(size, seed))
         for split, (size, seed) in {"train": (count, 0), "validation": (24, 1), "test": (24, 2)}.items()
     }
+
+
+@contextmanager
+def recording_eval_samplers():
+    """``(task or None, rows, sampler class name)`` of each evaluation and prediction the Trainer runs."""
+    samplers = []
+    original = PooledTrainer._get_eval_sampler
+
+    def recording(self, dataset):
+        sampler = original(self, dataset)
+        samplers.append((dataset[0].get("task"), len(dataset), type(sampler).__name__))
+        return sampler
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PooledTrainer, "_get_eval_sampler", recording)
+        yield samplers
 
 
 def split_flags(files):
@@ -93,13 +110,23 @@ def token_run(tiny_backbone_path, tmp_path_factory, one_torch_thread):
     tmp_path = tmp_path_factory.mktemp("token_run")
     files = entity_files(tmp_path)
     output_dir = tmp_path / "out"
-    result = run(
-        ["--model_name_or_path", tiny_backbone_path, "--output_dir", str(output_dir), *FAST, *LEARN]
-        + split_flags(files)
-        + ["--tags_column", "tags", "--do_train", "--do_eval", "--do_predict", "--load_best_model_at_end"]
-        + ["--example_texts", "we went to Paris today"]
-    )
+    with recording_eval_samplers() as samplers:
+        result = run(
+            ["--model_name_or_path", tiny_backbone_path, "--output_dir", str(output_dir), *FAST, *LEARN]
+            + split_flags(files)
+            + ["--tags_column", "tags", "--do_train", "--do_eval", "--do_predict", "--load_best_model_at_end"]
+            + ["--example_texts", "we went to Paris today"]
+        )
+    result.samplers = samplers
     return result, files
+
+
+def test_a_token_runs_evaluation_and_prediction_are_sorted_by_length(token_run):
+    # A token run from flags is a one-task run: train.py's default --length_sorted_eval reaches it too (it used to
+    # be ignored, the token rows having no column names for Trainer's length lookup).
+    result, _ = token_run
+    assert {(rows, sampler) for _, rows, sampler in result.samplers} == {(24, "LengthSortedSampler")}
+    assert len(result.samplers) >= 2  # validation at each epoch, and the test split
 
 
 def test_a_token_run_publishes_a_token_classifier_that_learned(token_run):
@@ -212,16 +239,7 @@ def multitask_run(tiny_backbone_path, tmp_path_factory, one_torch_thread):
         load_best_model_at_end=True, metric_for_best_model="topic_f1_macro", example_texts=["we met in Rome"]
     )
     record = RecordSteps()
-    record.samplers = []
-    with pytest.MonkeyPatch.context() as patch:
-        original = PooledTrainer._get_eval_sampler
-
-        def recording(self, dataset):
-            sampler = original(self, dataset)
-            record.samplers.append((dataset[0]["task"], len(dataset), type(sampler).__name__))
-            return sampler
-
-        patch.setattr(PooledTrainer, "_get_eval_sampler", recording)
+    with recording_eval_samplers() as record.samplers:
         result = run_config(
             config, tmp_path, tiny_backbone_path, "--num_train_epochs", "4", callbacks=[record]
         )

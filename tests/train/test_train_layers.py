@@ -199,3 +199,28 @@ def test_no_chain_of_module_level_imports_is_over_8_modules():
 def test_the_chain_check_counts_every_module_of_a_chain():
     graph = {f"m{index}": {f"m{index + 1}"} for index in range(9)} | {"m9": set(), "side": {"m8"}}
     assert longest_chain(graph) == [f"m{index}" for index in range(10)]
+
+
+def trainer_classes(root: Path) -> list[str]:
+    """``file:class`` for each class under ``root`` that derives from a class named ``Trainer`` or ``*Trainer``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases]
+                if any(base.endswith("Trainer") for base in bases):
+                    found.append(f"{path.relative_to(root)}:{node.name}")
+    return found
+
+
+def test_one_trainer_class_serves_every_run():
+    # One task or several: one Trainer subclass, as sentence-transformers' serves one dataset or a dict of them.
+    assert trainer_classes(PACKAGE) == ["train/trainer.py:PooledTrainer"]
+
+
+def test_the_trainer_check_sees_a_second_trainer(tmp_path):
+    (tmp_path / "a.py").write_text("class A(Trainer):\n    pass\n\n\nclass B(PooledTrainer):\n    pass\n")
+    (tmp_path / "b.py").write_text(
+        "class C(transformers.Trainer):\n    pass\n\n\nclass D(TrainerCallback):\n    pass\n"
+    )
+    assert trainer_classes(tmp_path) == ["a.py:A", "a.py:B", "b.py:C"]

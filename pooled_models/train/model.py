@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoTokenizer
 
 from ..errors import UsageError
@@ -55,7 +56,9 @@ def build_model(plan: RunPlan, tasks: dict[str, TaskData], tokenizer):
             _state_problem_types(model, tasks)
         else:
             model = _new_model(plan, tasks, tokenizer)
-    except ValueError as error:  # a setting the config refuses, a pooling the backbone cannot take...
+    # a setting the config refuses (the typed configs raise StrictDataclassError for a field of the wrong type or value),
+    # a pooling the backbone cannot take...
+    except (ValueError, StrictDataclassError) as error:
         raise UsageError(str(error)) from error
     except OSError as error:  # no safetensors weights, a download that failed...
         what = "model" if source.saved is not None else "backbone"

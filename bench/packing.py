@@ -47,7 +47,7 @@ from transformers import AutoTokenizer  # noqa: E402
 
 import pooled_models.modeling.packing as packing  # noqa: E402
 from pooled_models import PooledForSequenceClassification  # noqa: E402
-from pooled_models.train.cli import TRAIN_BATCH_SIZE  # noqa: E402
+from pooled_models.train.arguments import TRAIN_BATCH_SIZE  # noqa: E402
 from pooled_models.train.data.batching import length_grouped_batches, length_sorted_batches  # noqa: E402
 
 MAX_SEQ_LENGTH = 128

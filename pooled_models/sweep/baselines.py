@@ -22,10 +22,11 @@ from transformers import AutoModelForSequenceClassification
 from ..errors import UsageError
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION
 from ..thresholds import tune_thresholds
-from ..train.cli import needed_splits, parse_arguments
+from ..train.arguments import parse_arguments
 from ..train.data.sequence import Labels, prepare_splits, text_columns
 from ..train.evaluation import BEST_MODEL_METRIC, compute_metrics, plan_thresholds, probabilities
-from ..train.model import resolve_backbone
+from ..train.plan import needed_splits
+from ..train.source import resolve_backbone
 
 __all__ = ["vanilla_model", "logistic_regression_baseline", "REGULARISATION"]
 
@@ -33,8 +34,9 @@ __all__ = ["vanilla_model", "logistic_regression_baseline", "REGULARISATION"]
 REGULARISATION = (0.01, 0.1, 1.0, 10.0, 100.0)
 
 
-def vanilla_model(model_args, labels: Labels, tokenizer):
-    """``AutoModelForSequenceClassification`` on the backbone, a ``run(model_factory=...)`` for train.py's run.
+def vanilla_model(source, labels: Labels, tokenizer):
+    """``AutoModelForSequenceClassification`` on the backbone, a ``run(model_factory=...)`` for train.py's run:
+    ``source`` is the run's model source (``path``, ``revision``, ``cache_dir``: train/source.py).
 
     The parameters ``from_pretrained`` has no weights for (the classification head) are recorded in
     ``newly_initialized_parameters``, so that ``head_learning_rate`` applies to them as to a pooled model's head.
@@ -45,7 +47,7 @@ def vanilla_model(model_args, labels: Labels, tokenizer):
     if verbosity > logging.INFO:
         transformers.utils.logging.set_verbosity(logging.ERROR)
     try:
-        model, loading_info = _from_pretrained(model_args, labels)
+        model, loading_info = _from_pretrained(source, labels)
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
     model.newly_initialized_parameters = sorted(loading_info["missing_keys"])
@@ -53,15 +55,15 @@ def vanilla_model(model_args, labels: Labels, tokenizer):
     return model
 
 
-def _from_pretrained(model_args, labels: Labels):
+def _from_pretrained(source, labels: Labels):
     return AutoModelForSequenceClassification.from_pretrained(
-        model_args.model_name_or_path,
+        source.path,
         num_labels=labels.num_labels,
         id2label=labels.id2label,
         label2id=labels.label2id if labels.names else None,
         problem_type=labels.problem_type,
-        revision=model_args.model_revision,
-        cache_dir=model_args.cache_dir,
+        revision=source.revision,
+        cache_dir=source.cache_dir,
         use_safetensors=True,
         trust_remote_code=False,
         output_loading_info=True,

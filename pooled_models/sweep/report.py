@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
-from ..train.publish import json_safe
+from ..train.predictions import json_safe
 from .records import RunRecord, Sweep, write_atomically
 
 __all__ = ["Row", "summarise", "write_report"]

@@ -42,7 +42,7 @@ from typing import Any
 
 from ..errors import UsageError, program_name
 from ..modeling.registry import POOLINGS
-from ..train.cli import parse_arguments
+from ..train.arguments import parse_arguments
 from ..train.console import is_verbose, quiet_libraries, set_up_logging
 from ..train.evaluation import BEST_MODEL_METRIC
 from .baselines import logistic_regression_baseline, vanilla_model
@@ -259,8 +259,8 @@ def _is_number_or_list(value: Any) -> bool:
 def _check_data(train_arguments: list[str], report_dir: Path) -> tuple[str, str, dict[str, Any]]:
     """Check the data once, before any run, and return the problem type, the metric the sweep ranks by (train.py's
     best-model metric, on the test split when it is labelled, else on validation) and the settings all runs share."""
-    from ..train.cli import needed_splits
     from ..train.data.sequence import prepare_splits
+    from ..train.plan import needed_splits
 
     model_args, data_args, training_args = parse_arguments(
         _run_arguments(train_arguments, None, DEFAULT_SEED, report_dir / "runs" / "check")

@@ -1,5 +1,6 @@
-"""What a run prints. Quiet by default: what was read, what was built, one progress bar per phase (train,
-evaluate, predict) with one line per evaluation during training, then the summary (publish.py). The libraries'
+"""Everything a run prints. Quiet by default: what was read, what was built, one progress bar per phase (train,
+evaluate, predict) with one line per evaluation during training, then the summary: the scores, where the model went,
+the saved model's answers for the example texts and how to use it. The libraries'
 chatter stays out: accelerate's INFO lines, datasets' and transformers' loading and writing bars, Trainer's nested
 evaluation bars and its metrics dumps. ``--log_level info`` (or ``debug``), transformers' own flag, brings all of it
 back as transformers' examples print it.
@@ -7,6 +8,7 @@ back as transformers' examples print it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from contextlib import contextmanager
@@ -30,6 +32,11 @@ __all__ = [
     "shown_metrics",
     "short_list",
     "count",
+    "say",
+    "describe_tasks",
+    "describe_model",
+    "print_summary",
+    "answer_text",
 ]
 
 # The --log_level values that bring back the libraries' logs and transformers' own progress bars.
@@ -96,7 +103,7 @@ def quiet_libraries(verbose: bool):
 
 
 # Metrics that say how long something took, not how good the model is.
-TIMINGS = ("runtime", "per_second", "flos")
+TIMINGS = ("runtime", "per_second", "flos", "preparation_time")
 
 
 def shown_metrics(metrics: dict[str, Any]) -> dict[str, float]:
@@ -273,15 +280,29 @@ def describe_head(config) -> str:
     return ", ".join(part for part in (pooling and f"{pooling} pooling", head and f"{head} head") if part)
 
 
-def describe_model(model, base_model: str, parameters: int, token_head_alone: bool = False) -> str:
+def describe_tasks(tasks: dict[str, Any]) -> list[str]:
+    """What was read: for one task each split's source and rows, then its labels; for several, a line per task."""
+    if len(tasks) == 1:
+        (task,) = tasks.values()
+        return [
+            f"Data: {describe_splits(task.splits)}",
+            f"Labels: {describe_labels(task.labels, token=task.kind == 'token')}",
+        ]
+    return [
+        f"Task {name} ({task.kind}): {describe_splits(task.splits)}; "
+        + describe_labels(task.labels, token=task.kind == "token")
+        for name, task in tasks.items()
+    ]
+
+
+def describe_model(model, base_model: str, parameters: int) -> str:
     """``PooledForSequenceClassification on <backbone> (bert): mean pooling, linear head; 22.7M parameters, all
-    trained``, and for a multi-task model each task's head. ``token_head_alone``: a one-task model trained for its
-    token head, which the run publishes as a ``PooledForTokenClassification``."""
+    trained``, and for a multi-task model each task's head."""
     config = model.config
     backbone = getattr(config, "backbone_config", None)
     family = f" ({backbone.model_type})" if backbone is not None else ""
-    name = "PooledForTokenClassification" if token_head_alone else type(model).__name__
-    if token_head_alone or isinstance(model, PooledForTokenClassification):
+    name = type(model).__name__
+    if isinstance(model, PooledForTokenClassification):
         built = "token head"
     elif hasattr(model, "task_configs"):
         parts = [
@@ -295,3 +316,90 @@ def describe_model(model, base_model: str, parameters: int, token_head_alone: bo
     share = "all trained" if trained == parameters else f"{count(trained)} trained"
     built = f": {built}" if built else ""
     return f"Model: {name} on {base_model}{family}{built}; {count(parameters)} parameters, {share}"
+
+
+def print_summary(
+    output_dir: Path, metrics: dict[str, float], examples, kinds: dict[str, str], single: bool
+) -> None:
+    """The end of a run: how training went, the scores, where the model is, the saved model's answers for the example
+    texts (``[(text, {task: answers})]``) and how to use it. ``kinds``: task -> kind, in task order; ``single``: the
+    model published is one task's (a classifier), not a multi-task model."""
+    _print_evaluation(output_dir, metrics, width=28 if single else 32)  # task names make metric names longer
+    if examples and single:
+        print("The saved model, loaded with pipeline():")
+        for text, answers in examples:
+            print(f"  {text!r}: " + answer_text(next(iter(answers.values()))))
+    elif examples:
+        print("The saved model's answers:")
+        for text, answers in examples:
+            print(f"  {text!r}")
+            for task, answer in answers.items():
+                print(f"      {task}: {answer_text(answer)}")
+    _print_usage(_usage(output_dir, kinds, single))
+
+
+def answer_text(answers: list[dict[str, Any]]) -> str:
+    """A task's answers in a line: ``billing 0.912``, ``PRODUCT 'X200 router', DATE 'Monday'``, ``3.142``,
+    ``(none)``."""
+    if not answers:
+        return "(none)"
+    if "entity_group" in answers[0]:
+        return ", ".join(f"{answer['entity_group']} {answer['word']!r}" for answer in answers)
+    if "label" in answers[0]:
+        return ", ".join(f"{answer['label']} {answer['score']:.3f}" for answer in answers)
+    return ", ".join(f"{answer['score']:.3f}" for answer in answers)
+
+
+def _print_evaluation(output_dir: Path, metrics: dict[str, float], width: int) -> None:
+    shown = shown_metrics(metrics)
+    print()
+    if "train_runtime" in metrics:
+        print(
+            f"Trained {metrics.get('epoch', 0):g} epochs on {metrics.get('train_rows', 0)} rows in "
+            f"{metrics['train_runtime']:.0f} s; final training loss {metrics.get('train_loss', float('nan')):.4g}"
+        )
+    if shown:
+        print("Evaluation:")
+        for key, value in sorted(shown.items()):
+            print(
+                f"  {key:<{width}} {value:.4f}" if isinstance(value, float) else f"  {key:<{width}} {value}"
+            )
+    print(f"Saved to: {output_dir}")
+
+
+def _usage(output_dir: Path, kinds: dict[str, str], single: bool) -> list[str]:
+    """How to use the saved model: ``pipeline()`` for one task's model, ``PooledForMultiTask`` for a multi-task one."""
+    model = _model_literal(output_dir)
+    if not single:
+        first = next((name for name, kind in kinds.items() if kind == "token"), next(iter(kinds)))
+        return [
+            f"model = pooled_models.PooledForMultiTask.from_pretrained({model})  # model(**inputs)[task].logits",
+            f'model.export_head("{first}", "{first}_only")  # one task as a model that pipeline() loads',
+        ]
+    if next(iter(kinds.values())) == "token":
+        return [
+            "from transformers import pipeline",
+            f'ner = pipeline("token-classification", model={model}, aggregation_strategy="simple")',
+            'print(ner("Your text here"))',
+        ]
+    return [
+        "from transformers import pipeline",
+        f'classify = pipeline("text-classification", model={model})',
+        'print(classify("Your text here"))',
+    ]
+
+
+def _model_literal(output_dir: Path) -> str:
+    """The saved model's folder as the user would type it: relative when under the current folder."""
+    try:
+        shown = output_dir.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        shown = output_dir
+    return json.dumps(str(shown), ensure_ascii=False)
+
+
+def _print_usage(code: list[str]) -> None:
+    """The last lines of a run's summary: how to use the saved model."""
+    print("Use it:")
+    for line in ["import pooled_models  # registers the pooled model types with transformers", *code]:
+        print(f"  {line}")

@@ -1,13 +1,14 @@
-"""Scoring: the metrics of each problem type (accuracy and macro-F1, micro/macro-F1 and exact match,
-Pearson/Spearman/MSE, entity-level F1 for token tasks), the metric that chooses the best model, and the decision
-thresholds of multi-label models tuned on the validation split (one run's plan, each task of a run of tasks)."""
+"""Scoring, per task: the metrics of each problem type (accuracy and macro-F1, micro/macro-F1 and exact match,
+Pearson/Spearman/MSE, entity-level F1 for token tasks), each task's main metric and the mean of them that sums up
+several tasks, the metric that chooses the best model, and the decision thresholds of multi-label tasks: how each is
+chosen (planned before the run writes anything) and tuned on its validation split."""
 
 from __future__ import annotations
 
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,23 +16,22 @@ import numpy as np
 from transformers import EvalPrediction
 
 from ..errors import UsageError
-from ..modeling.configuration_multitask import SEQUENCE, TOKEN
+from ..modeling.configuration_multitask import TOKEN
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ..thresholds import DEFAULT_THRESHOLD, sigmoid, tune_thresholds
-from .data.batching import TaskRows
-from .data.sequence import Labels, Split
 
-if TYPE_CHECKING:  # an annotation only: evaluation needs no data reader at import
-    from .data import TaskData
+if TYPE_CHECKING:  # annotations only: scoring needs no data reader at import
+    from .data.sequence import Labels, Split
 
 __all__ = [
-    "tune_task_thresholds",
     "MEAN_SCORE",
     "main_metric",
-    "task_metrics_function",
     "BEST_MODEL_METRIC",
+    "best_model_metric",
+    "task_config",
+    "task_metrics_function",
+    "summary_metrics",
     "compute_metrics",
-    "metrics_function",
     "probabilities",
     "logits_of",
     "ENTITY_TAG",
@@ -40,44 +40,14 @@ __all__ = [
     "token_metrics",
     "ThresholdPlan",
     "plan_thresholds",
-    "tune_on_validation",
     "at_default_name",
+    "tune_decision_thresholds",
 ]
 
 logger = logging.getLogger("pooled_models.train")
 
 
-def tune_task_thresholds(trainer, tasks: dict[str, TaskData]) -> None:
-    """Each multi-label task's decision threshold, tuned on its validation split for ``threshold_average``-F1 (one
-    for every label, or one per label with ``--tune_thresholds per_label``; not with ``none``)."""
-    args = trainer.args
-    if args.tune_thresholds == "none":
-        return
-    model = trainer.model
-    for name, task in tasks.items():
-        config = model.task_configs[name]
-        if task.kind != SEQUENCE or config.problem_type != MULTI_LABEL or "validation" not in task.splits:
-            continue
-        if config.decision_threshold is not None and task.spec.model.get("decision_threshold") is not None:
-            continue  # given in the config file
-        prediction = trainer.predict_task(name, TaskRows(name, task.splits["validation"].encoded), "eval")
-        thresholds = tune_thresholds(
-            probabilities(logits_of(prediction.predictions), MULTI_LABEL),
-            prediction.label_ids,
-            per_label=args.tune_thresholds == "per_label",
-            average=args.threshold_average,
-        )
-        model.update_task(name, decision_threshold=thresholds)
-        task.extra["threshold"] = thresholds
-        logger.info(
-            "Task %r: decision threshold tuned on validation for %s-F1: %s",
-            name,
-            args.threshold_average,
-            thresholds,
-        )
-
-
-# The metric that sums up the tasks: the mean of each task's main metric (all "higher is better").
+# The metric that sums up several tasks: the mean of each task's main metric (all "higher is better").
 MEAN_SCORE = "mean_score"
 
 
@@ -89,33 +59,76 @@ def main_metric(kind: str, problem_type: str | None, names: list[str]) -> str:
     return {SINGLE_LABEL: "f1_macro", MULTI_LABEL: "f1_micro", REGRESSION: "pearson"}[problem_type]
 
 
-def task_metrics_function(model, task: str) -> Callable[[EvalPrediction], dict[str, float]]:
-    """The metrics of one task's predictions: read from the model's task config when they are computed, so a
-    threshold tuned after training counts."""
-
-    def compute(prediction: EvalPrediction) -> dict[str, float]:
-        config = model.task_configs[task]
-        logits = logits_of(prediction.predictions)
-        if model.config.kind(task) == TOKEN:
-            names = [config.id2label[index] for index in range(config.num_labels)]
-            return token_metrics(logits, prediction.label_ids, names)
-        return compute_metrics(logits, prediction.label_ids, config.problem_type, config.decision_threshold)
-
-    return compute
-
-
-def logits_of(predictions: Any) -> np.ndarray:
-    """The logits of what ``Trainer.predict`` returns: a model that outputs more than logits gives a tuple."""
-    return predictions[0] if isinstance(predictions, tuple) else predictions
-
-
-# What --load_best_model_at_end and early stopping compare when metric_for_best_model is not set: the metric that
-# summarises each problem type best, and whether larger is better.
+# What --load_best_model_at_end and early stopping compare in a run of one sequence task when metric_for_best_model is
+# not set: the metric that summarises each problem type best, and whether larger is better.
 BEST_MODEL_METRIC = {
     SINGLE_LABEL: ("f1_macro", True),
     MULTI_LABEL: ("f1_micro", True),
     REGRESSION: ("mse", False),
 }
+
+
+def best_model_metric(labels: Mapping[str, Any], single: bool) -> tuple[str, bool]:
+    """``(metric, greater is better)`` that chooses the best model: for one sequence task BEST_MODEL_METRIC, for one
+    token task its main metric (entity F1), for several tasks the mean of their main metrics (``mean_score``).
+    ``labels``: task -> its label space (a token task's is a TokenLabels)."""
+    if not single:
+        return MEAN_SCORE, True
+    (task_labels,) = labels.values()
+    if _is_token(task_labels):
+        return main_metric(TOKEN, None, task_labels.names), True
+    return BEST_MODEL_METRIC[task_labels.problem_type]
+
+
+def _is_token(labels) -> bool:
+    return type(labels).__name__ == "TokenLabels"
+
+
+def task_config(model, task: str):
+    """The config a task's head reads: its own in a multi-task model, the model's in a single-task one."""
+    configs = getattr(model, "task_configs", None)
+    return configs[task] if configs is not None else model.config
+
+
+def task_metrics_function(model, task: str, kind: str) -> Callable[[EvalPrediction], dict[str, float]]:
+    """The metrics of one task's predictions: read from the task's config when they are computed, so a threshold
+    tuned after training counts."""
+
+    def compute(prediction: EvalPrediction) -> dict[str, float]:
+        config = task_config(model, task)
+        logits = logits_of(prediction.predictions)
+        if kind == TOKEN:
+            names = [config.id2label[index] for index in range(config.num_labels)]
+            return token_metrics(logits, prediction.label_ids, names)
+        threshold = getattr(config, "decision_threshold", None)  # a vanilla model's config may not have one
+        return compute_metrics(logits, prediction.label_ids, config.problem_type, threshold)
+
+    return compute
+
+
+def summary_metrics(
+    model, kinds: Mapping[str, str], metrics: dict[str, float], prefix: str
+) -> dict[str, float]:
+    """``<prefix>_mean_score`` (the mean of each task's main metric; an undefined one, such as Pearson's r of a
+    constant prediction, counts 0) and ``<prefix>_loss`` (the mean of the tasks' losses), from the metrics of each
+    task named ``<prefix>_<task>_<metric>``."""
+    scores, losses = [], []
+    for task, kind in kinds.items():
+        config = task_config(model, task)
+        names = [config.id2label[index] for index in range(config.num_labels)]
+        value = metrics.get(f"{prefix}_{task}_{main_metric(kind, config.problem_type, names)}")
+        scores.append(0.0 if value is None or math.isnan(value) else value)
+        if f"{prefix}_{task}_loss" in metrics:
+            losses.append(metrics[f"{prefix}_{task}_loss"])
+    summary = {f"{prefix}_{MEAN_SCORE}": float(np.mean(scores))}
+    if losses:
+        summary[f"{prefix}_loss"] = float(np.mean(losses))
+    return summary
+
+
+def logits_of(predictions: Any) -> np.ndarray:
+    """The logits of what ``Trainer.predict`` returns: a model that outputs more than logits gives a tuple."""
+    return predictions[0] if isinstance(predictions, tuple) else predictions
 
 
 def probabilities(logits: np.ndarray, problem_type: str) -> np.ndarray:
@@ -167,18 +180,6 @@ def _regression_metrics(predicted: np.ndarray, truth: np.ndarray) -> dict[str, f
             pearson=float(pearsonr(predicted, truth)[0]), spearman=float(spearmanr(predicted, truth)[0])
         )
     return metrics
-
-
-def metrics_function(config) -> Callable[[EvalPrediction], dict[str, float]]:
-    """``compute_metrics`` for the Trainer of a model with this config (multi-label: at its ``decision_threshold``,
-    read when the metrics are computed, so a threshold set after training counts)."""
-
-    def compute(prediction: EvalPrediction) -> dict[str, float]:
-        logits = logits_of(prediction.predictions)
-        threshold = getattr(config, "decision_threshold", None)  # a vanilla model's config may not have one
-        return compute_metrics(logits, prediction.label_ids, config.problem_type, threshold)
-
-    return compute
 
 
 IGNORED = -100
@@ -250,29 +251,32 @@ class ThresholdPlan:
 
 
 def plan_thresholds(
-    training_args, labels: Labels, splits: dict[str, Split], given: bool, saved: bool
+    training_args, labels: Labels, splits: dict[str, Split], given: bool, saved: bool, where: str = ""
 ) -> ThresholdPlan | None:
-    """The run's threshold plan (None unless the problem is multi-label), from ``--tune_thresholds``.
+    """A task's threshold plan (None unless it is multi-label), from ``--tune_thresholds``.
 
-    ``given``: the user set ``decision_threshold``; ``saved``: the model the run starts from carries one. An explicit
-    ``global``/``per_label`` that cannot be honoured is a UsageError (raised before anything is written); ``auto``
-    tunes one global threshold whenever it can and says why when it does not.
+    ``given``: the user set ``decision_threshold``; ``saved``: the model the run starts from carries one; ``where``
+    names the task among several in messages. An explicit ``global``/``per_label`` that cannot be honoured is a
+    UsageError (raised before anything is written); ``auto`` tunes one global threshold whenever it can and says why
+    when it does not. Among several tasks, an explicit request concerns the multi-label ones.
     """
     requested = training_args.tune_thresholds
     multi_label = labels.problem_type == MULTI_LABEL
     if requested in ("global", "per_label"):
         if not multi_label:
+            if where:
+                return None
             raise UsageError(
                 f"tune_thresholds={requested} chooses the decision thresholds of a multi-label classifier; this run's "
                 f"labels are {labels.problem_type}. Leave tune_thresholds out."
             )
         if "validation" not in splits:
             raise UsageError(
-                f"tune_thresholds={requested} tunes on the validation split: give validation data and --do_eval."
+                f"{where}tune_thresholds={requested} tunes on the validation split: give validation data and --do_eval."
             )
         if given:
             raise UsageError(
-                f"decision_threshold is set and tune_thresholds={requested} would replace it: choose one "
+                f"{where}decision_threshold is set and tune_thresholds={requested} would replace it: choose one "
                 "(tune_thresholds none keeps the threshold you set)."
             )
         tuning = requested
@@ -280,9 +284,11 @@ def plan_thresholds(
         reason = _why_auto_does_not_tune(training_args, labels, splits, given)
         tuning = "none" if reason else "global"
         if reason:
-            # Single-label and regression runs have no decision threshold: saying so is noise (debug level).
+            # Single-label and regression tasks have no decision threshold: saying so is noise (debug level).
             level = logging.INFO if multi_label else logging.DEBUG
-            logger.log(level, "Decision thresholds are not tuned (tune_thresholds=auto): %s.", reason)
+            logger.log(
+                level, "%sDecision thresholds are not tuned (tune_thresholds=auto): %s.", where, reason
+            )
     else:
         tuning = "none"
     if not multi_label:
@@ -305,44 +311,72 @@ def _why_auto_does_not_tune(
     return None
 
 
-def at_default_name(metric: str) -> str:
-    """The name under which a validation metric at the default threshold is reported: ``eval_f1_micro_at_0.5``."""
-    return f"eval_{metric}_at_{DEFAULT_THRESHOLD}"
+def at_default_name(metric: str, prefix: str = "eval") -> str:
+    """The name under which a validation metric at the default threshold is reported: ``eval_f1_micro_at_0.5`` (a
+    task among several: ``eval_<task>_f1_micro_at_0.5``)."""
+    return f"{prefix}_{metric}_at_{DEFAULT_THRESHOLD}"
 
 
-def tune_on_validation(
-    trainer, validation: Split, plan: ThresholdPlan
-) -> tuple[float | list[float], dict[str, float]]:
-    """The thresholds tuned on the validation split's predictions, and the validation metrics at 0.5.
+def tune_decision_thresholds(
+    trainer, validations: Mapping[str, Any], plans: Mapping[str, Any]
+) -> dict[str, float]:
+    """Tune each multi-label task's decision thresholds on its validation split (``validations``: task -> its rows;
+    ``plans``: task -> its TaskPlan), set them on the model, and return the validation metrics at 0.5 they replace.
 
-    ``trainer.predict`` gathers the predictions of every process onto every process, so under ``accelerate launch``
-    each process tunes on the same scores and ends with the same thresholds.
+    ``trainer.predict_task`` gathers the predictions of every process onto every process, so under ``accelerate
+    launch`` each process tunes on the same scores and ends with the same thresholds.
     """
-    prediction = trainer.predict(validation.encoded, metric_key_prefix="eval")
-    logits = logits_of(prediction.predictions)
-    targets = prediction.label_ids
-    thresholds = tune_thresholds(
-        probabilities(logits, MULTI_LABEL),
-        targets,
-        per_label=plan.tuning == "per_label",
-        average=plan.average,
-    )
-    at_default = compute_metrics(logits, targets, MULTI_LABEL, DEFAULT_THRESHOLD)
-    tuned = compute_metrics(logits, targets, MULTI_LABEL, thresholds)
+    at_default: dict[str, float] = {}
+    for name, plan in plans.items():
+        thresholds = plan.thresholds
+        if thresholds is None or not thresholds.tunes:
+            continue
+        prediction = trainer.predict_task(name, validations[name], "eval")
+        logits, targets = logits_of(prediction.predictions), prediction.label_ids
+        tuned = tune_thresholds(
+            probabilities(logits, MULTI_LABEL),
+            targets,
+            per_label=thresholds.tuning == "per_label",
+            average=thresholds.average,
+        )
+        set_decision_threshold(trainer.model, name, tuned)
+        before = compute_metrics(logits, targets, MULTI_LABEL, DEFAULT_THRESHOLD)
+        _log_tuned(
+            name if len(plans) > 1 else None,
+            thresholds,
+            tuned,
+            len(targets),
+            before,
+            compute_metrics(logits, targets, MULTI_LABEL, tuned),
+        )
+        prefix = trainer.metric_prefix("eval", name)
+        at_default.update({at_default_name(metric, prefix): value for metric, value in before.items()})
+    return at_default
+
+
+def set_decision_threshold(model, task: str, thresholds) -> None:
+    """Set a task's decision threshold(s) on the model, where its metrics and its saved config read them."""
+    if hasattr(model, "update_task"):
+        model.update_task(task, decision_threshold=thresholds)
+    else:
+        model.config.decision_threshold = thresholds
+
+
+def _log_tuned(task: str | None, plan: ThresholdPlan, tuned, rows: int, before: dict, after: dict) -> None:
     metric = f"f1_{plan.average}"
     logger.info(
-        "Decision threshold%s tuned on %d validation rows for %s-F1: %s. Validation %s: %.4f at %s, %.4f tuned "
+        "%sDecision threshold%s tuned on %d validation rows for %s-F1: %s. Validation %s: %.4f at %s, %.4f tuned "
         "(optimistic: tuned on these rows; the test metrics are the honest ones).",
+        f"Task {task!r}: " if task else "",
         "s" if plan.tuning == "per_label" else "",
-        len(targets),
+        rows,
         plan.average,
-        _shown(thresholds),
+        _shown(tuned),
         metric,
-        at_default[metric],
+        before[metric],
         DEFAULT_THRESHOLD,
-        tuned[metric],
+        after[metric],
     )
-    return thresholds, {at_default_name(name): value for name, value in at_default.items()}
 
 
 def _shown(thresholds: float | list[float]) -> str:

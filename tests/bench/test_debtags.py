@@ -4,7 +4,7 @@ import json
 
 from corpora.debtags import build_debtags, read_packages, write_debtags
 
-from pooled_models.train.cli import parse_arguments
+from pooled_models.train.arguments import parse_arguments
 from pooled_models.train.data.sequence import prepare_splits
 
 STANZAS = {

@@ -4,7 +4,7 @@ import json
 
 from corpora.debtags_mentions import build_mentions, mention_tags, write_mentions
 
-from pooled_models.train.cli import parse_arguments
+from pooled_models.train.arguments import parse_arguments
 from pooled_models.train.data.token import load_token_splits, token_columns
 
 DUMPAVAIL = """

@@ -156,6 +156,6 @@ def test_reports_made_with_other_settings_do_not_merge(tmp_path):
 
 @pytest.mark.parametrize("arm", sorted(recipes.CANDIDATES))
 def test_every_candidate_arm_is_a_valid_train_py_command_line(arm):
-    from pooled_models.train.cli import parse_arguments
+    from pooled_models.train.arguments import parse_arguments
 
     parse_arguments([*recipes.CANDIDATES[arm], "--output_dir", "out"])  # a renamed or removed flag fails here

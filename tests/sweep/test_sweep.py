@@ -51,7 +51,6 @@ def sweep_report(tiny_backbone_path, tmp_path_factory):
 
 
 @pytest.mark.slow  # the sweep_report fixture trains 3 poolings x 2 seeds and both baselines
-@pytest.mark.slow  # the sweep_report fixture trains 3 poolings x 2 seeds and both baselines
 def test_the_report_has_a_row_per_pooling_and_baseline(sweep_report):
     status, report_dir = sweep_report
     assert status == 0
@@ -147,9 +146,19 @@ def test_multi_label_sweep_ranks_by_micro_f1(tiny_backbone_path, tmp_path):
     assert status == 0
     document = json.loads((report_dir / "report.json").read_text())
     assert (document["problem_type"], document["metric"]) == ("multi_label_classification", "test_f1_micro")
-    assert [row["name"] for row in document["summary"]] and all(
-        not row["failures"] for row in document["summary"]
-    )
+    summary = document["summary"]
+    assert sorted(row["name"] for row in summary) == ["logistic_regression", "max"]
+    assert all(not row["failures"] for row in summary)
+    # Each row's values are its runs' test micro-F1, and the rows are ranked by their mean, best first (a higher
+    # micro-F1 is better), in report.json and in report.md's table alike.
+    for row in summary:
+        runs = [record for record in document["records"] if record["name"] == row["name"]]
+        assert row["values"] == [record["metrics"]["test_f1_micro"] for record in runs]
+    means = [row["mean"] for row in summary]
+    assert means == sorted(means, reverse=True)
+    lines = (report_dir / "report.md").read_text().splitlines()
+    table = [line for line in lines if line.startswith("| ") and not line.startswith("| pooling")]
+    assert [line.split(" | ")[0].removeprefix("| ") for line in table] == [row["title"] for row in summary]
 
 
 def test_bad_sweep_arguments_are_refused_before_any_run(tmp_path):
@@ -209,15 +218,14 @@ def test_error_bars_only_with_several_seeds(tmp_path):
 def test_the_vanilla_baseline_gives_its_new_classifier_the_head_learning_rate(
     tiny_backbone_path, minilm_tokenizer
 ):
-    from types import SimpleNamespace
-
     from pooled_models.sweep.baselines import vanilla_model
-    from pooled_models.train.data.sequence import Labels
+    from pooled_models.train.data.labels import Labels
     from pooled_models.train.options import head_parameters
+    from pooled_models.train.source import ModelSource
 
     labels = Labels(problem_type="multi_label_classification", names=["a", "b", "c"])
-    model_args = SimpleNamespace(model_name_or_path=tiny_backbone_path, model_revision=None, cache_dir=None)
-    model = vanilla_model(model_args, labels, minilm_tokenizer)
+    source = ModelSource(path=tiny_backbone_path, base_model=tiny_backbone_path, tokenizer=tiny_backbone_path)
+    model = vanilla_model(source, labels, minilm_tokenizer)
     assert model.config.problem_type == "multi_label_classification" and model.config.id2label[2] == "c"
     # BERT's pooler comes from the checkpoint; only the classifier is new
     assert model.newly_initialized_parameters == ["classifier.bias", "classifier.weight"]

@@ -415,7 +415,8 @@ def card_text(tmp_path, repo_id="someone/awkward") -> str:
 
     from pooled_models import PooledConfig
     from pooled_models.modeling.heads import LinearHead
-    from pooled_models.train.publish import CardFacts, render_model_card
+    from pooled_models.train.arguments import DataArguments
+    from pooled_models.train.card import CardData, TaskCard, render_model_card
 
     config = PooledConfig(
         backbone_config=tiny_backbone_config("bert"),
@@ -425,20 +426,22 @@ def card_text(tmp_path, repo_id="someone/awkward") -> str:
         problem_type="multi_label_classification",
         decision_threshold=[0.3, 0.5, 0.7],
     )
-    facts = CardFacts(
+    task = TaskCard(
+        name="sequence",
+        kind="sequence",
+        config=config,
+        head_class=LinearHead,
+        data=DataArguments(train_file="train.jsonl"),
+        splits=[{"name": "train", "rows": 10, "truncated": 0, "source": "train.jsonl"}],
+        max_seq_length=64,
+    )
+    facts = CardData(
         model_name="awkward",
         repo_id=repo_id,
         base_model="tiny",
         base_model_on_hub=False,
-        config=config,
-        head_class=LinearHead,
-        data_description="From local files.",
-        dataset_name=None,
-        dataset_config=None,
-        data_format="json",
-        split_sources={},
-        splits=[{"name": "train", "rows": 10, "truncated": 0}],
-        max_seq_length=64,
+        publishes="sequence",
+        tasks=[task],
         training_settings={"seed": 3},
     )
     path = tmp_path / "README.md"
@@ -481,7 +484,7 @@ def test_the_card_renders_the_label_names_as_they_are(tmp_path):
     ],
 )
 def test_code_spans(text, table, span):
-    from pooled_models.train.publish import code_span
+    from pooled_models.train.card import code_span
 
     assert code_span(text, table=table) == span
 
@@ -498,7 +501,7 @@ def test_the_card_code_is_valid_python_for_a_windows_path(tmp_path):
 
 
 def test_file_and_column_names_in_the_card_are_code_spans_that_hold(tiny_backbone_path, tmp_path):
-    from pooled_models.train.publish import code_span
+    from pooled_models.train.card import code_span
 
     rows = [{"the `text`": row["text"], "lab|el": row["label"]} for row in topic_rows(12)]
     data = write_rows(tmp_path / "odd`name|.csv", rows)

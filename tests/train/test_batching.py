@@ -1,5 +1,5 @@
 """Batches with little padding: length-grouped training, length-sorted evaluation and prediction, and predictions
-back in the input's order."""
+back in the input's order, for one task or several (token tasks included)."""
 
 import json
 import random
@@ -10,10 +10,12 @@ import torch
 from datasets import Dataset
 from helpers import data_flags, entity_rows, leftovers, topic_rows, train, write_rows
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+from transformers.trainer_utils import seed_worker
 
-from pooled_models import PooledForSequenceClassification
+from pooled_models import PooledForMultiTask, PooledForSequenceClassification
 from pooled_models.errors import UsageError
-from pooled_models.train.cli import PooledTrainingArguments
+from pooled_models.train.arguments import DataArguments, PooledTrainingArguments
+from pooled_models.train.data import read_task, tokenize_task
 from pooled_models.train.data.batching import (
     LengthGroupedRowSampler,
     LengthSortedSampler,
@@ -22,6 +24,8 @@ from pooled_models.train.data.batching import (
     restore_input_order,
     token_lengths,
 )
+from pooled_models.train.data.multitask import MultiTaskRows, TaskCollator
+from pooled_models.train.tasks import TaskSpec
 from pooled_models.train.trainer import PooledTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -121,11 +125,11 @@ def _mixed_length_dataset(tokenizer, count=48, seed=0):
     return Dataset.from_dict({**encoded, "labels": [rng.randrange(3) for _ in texts]})
 
 
-class _CountingCollator(DataCollatorWithPadding):
-    """Counts real and computed (padded) token positions of every batch it makes."""
+class _Counting:
+    """A collator that counts real and computed (padded) token positions of every batch it makes."""
 
-    def __init__(self, tokenizer):
-        super().__init__(tokenizer)
+    def __init__(self, *args):
+        super().__init__(*args)
         self.real = self.computed = 0
 
     def __call__(self, features):
@@ -133,6 +137,14 @@ class _CountingCollator(DataCollatorWithPadding):
         self.real += int(batch["attention_mask"].sum())
         self.computed += batch["attention_mask"].numel()
         return batch
+
+
+class _CountingCollator(_Counting, DataCollatorWithPadding):
+    pass
+
+
+class _CountingTaskCollator(_Counting, TaskCollator):
+    pass
 
 
 def _trainer(tiny_backbone_path, tmp_path, dataset, per_device_eval_batch_size=4, **settings):
@@ -267,6 +279,112 @@ def test_transformers_trainer_shuffles_prediction_order_under_group_by_length(ti
     plain = Trainer(model=ours.model, args=ours.args, data_collator=ours.data_collator)
     assert sorted(plain._get_eval_sampler(dataset)) == list(range(len(dataset)))
     assert list(plain._get_eval_sampler(dataset)) != list(range(len(dataset)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Several tasks: each task's evaluation sorted too (token tasks included), and its predictions in input order
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_tasks(tiny_backbone_path, tmp_path_factory):
+    """A sequence task and a token task on rows of very different lengths, read and tokenized as train.py does."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
+    rows = entity_rows(40, seed=5)
+    for index, row in enumerate(rows):
+        times = 1 + index % 5
+        row.update(words=row["words"] * times, tags=row["tags"] * times)
+        row["text"] = " ".join(row["words"])
+    path = str(write_rows(tmp_path_factory.mktemp("two_tasks") / "rows.jsonl", rows))
+    specs = [
+        TaskSpec("topic", "sequence", DataArguments(train_file=path, validation_file=path)),
+        TaskSpec("places", "token", DataArguments(train_file=path, validation_file=path, tags_column="tags")),
+    ]
+    tasks = {spec.name: read_task(spec, ["train", "validation"], None, None, alone=False) for spec in specs}
+    for task in tasks.values():
+        tokenize_task(task, tokenizer, 64, named=True)
+    heads = {
+        name: {"kind": task.kind, "id2label": task.labels.id2label}
+        | ({"problem_type": task.labels.problem_type} if task.kind == "sequence" else {})
+        for name, task in tasks.items()
+    }
+    torch.manual_seed(0)
+    model = PooledForMultiTask.from_backbone(tiny_backbone_path, tasks=heads, tokenizer=tokenizer)
+    return model, tokenizer, specs, tasks
+
+
+def _two_task_trainer(two_tasks, tmp_path, sort: bool) -> PooledTrainer:
+    model, tokenizer, specs, tasks = two_tasks
+    args = PooledTrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_eval_batch_size=8,
+        report_to="none",
+        disable_tqdm=True,
+        length_sorted_eval=sort,
+    )
+    return PooledTrainer(
+        model=model,
+        args=args,
+        eval_dataset={name: task.encoded["validation"] for name, task in tasks.items()},
+        data_collator=_CountingTaskCollator(tokenizer, {name: task.kind for name, task in tasks.items()}),
+        tasks=specs,
+    )
+
+
+def test_every_tasks_evaluation_is_sorted_by_length_token_tasks_included(two_tasks, tmp_path):
+    sorted_run, in_order = (_two_task_trainer(two_tasks, tmp_path, sort) for sort in (True, False))
+    scores, plain = sorted_run.evaluate(), in_order.evaluate()
+    # Timings aside, and the losses: Trainer's evaluation_loop weighs each batch's loss by the first batch's size, so
+    # batches of several sizes (the sorted ones) give another mean loss than fixed-size batches of the same rows.
+    quality = [key for key in plain if not key.endswith(("time", "per_second", "epoch", "loss"))]
+    assert {"eval_places_f1", "eval_topic_f1_macro", "eval_mean_score"} <= set(
+        quality
+    ) and "eval_loss" in scores
+    assert {key: scores[key] for key in quality} == pytest.approx(
+        {key: plain[key] for key in quality}, abs=1e-5
+    )
+    # The same rows, far less padding: both tasks' batches were cut to sorted lengths.
+    assert sorted_run.data_collator.real == in_order.data_collator.real
+    assert sorted_run.data_collator.real / sorted_run.data_collator.computed > 0.9
+    assert in_order.data_collator.real / in_order.data_collator.computed < 0.7
+
+
+def test_a_token_tasks_sorted_prediction_comes_back_in_input_order(two_tasks, tmp_path):
+    _, _, _, tasks = two_tasks
+    rows = tasks["places"].encoded["validation"]
+    sorted_run, in_order = (_two_task_trainer(two_tasks, tmp_path, sort) for sort in (True, False))
+    ours, plain = (trainer.predict_task("places", rows, "test") for trainer in (sorted_run, in_order))
+    assert np.array_equal(ours.label_ids, plain.label_ids)
+    labelled = plain.label_ids != -100
+    np.testing.assert_allclose(ours.predictions[labelled], plain.predictions[labelled], atol=1e-5)
+    assert set(ours.metrics) == set(plain.metrics) and "test_places_f1" in ours.metrics
+
+
+def test_several_tasks_training_batches_keep_the_trainers_dataloader_settings(two_tasks, tmp_path):
+    model, tokenizer, specs, tasks = two_tasks
+    args = PooledTrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=4,
+        report_to="none",
+        dataloader_num_workers=2,
+        dataloader_persistent_workers=True,
+        dataloader_prefetch_factor=3,
+    )
+    trainer = PooledTrainer(
+        model=model,
+        args=args,
+        train_dataset=MultiTaskRows({name: task.encoded["train"] for name, task in tasks.items()}),
+        data_collator=TaskCollator(tokenizer, {name: task.kind for name, task in tasks.items()}),
+        tasks=specs,
+    )
+    loader = trainer.get_train_dataloader()
+    assert (loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (2, True, 3)
+    assert loader.worker_init_fn.func is seed_worker  # each worker seeded as Trainer seeds them
+    # The task sampler's batches: every row of both tasks, one task per batch.
+    sizes = trainer.task_sampler.task_sizes
+    batches = list(trainer.task_sampler)
+    assert sorted(index for batch in batches for index in batch) == list(range(sum(sizes.values())))
+    assert all(len({index < sizes["topic"] for index in batch}) == 1 for batch in batches)
 
 
 # ----------------------------------------------------------------------------------------------------

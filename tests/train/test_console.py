@@ -1,15 +1,16 @@
 """What a run prints (console.py), without training: one bar per phase, also over several tasks' evaluation
 loaders (transformers' own bar overran its total there: the stray "26it" after the multi-task demo); one line per
-evaluation during training; quiet logging and library bars unless --log_level info; pin_memory off on the CPU."""
+evaluation during training; quiet logging and library bars unless --log_level info; pinned memory where the run computes on an accelerator only."""
 
 import logging
 from types import SimpleNamespace
 
 import datasets
 import pytest
+import torch
 import transformers
 
-from pooled_models.train.cli import parse_arguments
+from pooled_models.train.arguments import parse_arguments, uses_an_accelerator
 from pooled_models.train.console import RunProgress, epoch_metrics, quiet_libraries, set_up_logging
 
 
@@ -88,8 +89,13 @@ def test_the_libraries_speak_only_with_log_level_info(log_level, verbose, tmp_pa
         transformers.utils.logging.set_verbosity_error()
 
 
-def test_pin_memory_is_off_on_the_cpu_unless_asked_for(tmp_path):
+def test_pin_memory_follows_the_device_the_run_computes_on_unless_asked_for(tmp_path):
+    # What the code decides from the device it sees: on where torch sees an accelerator, off on the CPU.
+    assert uses_an_accelerator(use_cpu=False) == torch.accelerator.is_available()
+    assert uses_an_accelerator(use_cpu=True) is False
     _, _, default = parse_arguments(["--output_dir", str(tmp_path / "a")])
+    assert default.dataloader_pin_memory == torch.accelerator.is_available()
+    _, _, on_cpu = parse_arguments(["--output_dir", str(tmp_path / "c"), "--use_cpu", "true"])
+    assert on_cpu.dataloader_pin_memory is False
     _, _, asked = parse_arguments(["--output_dir", str(tmp_path / "b"), "--dataloader_pin_memory", "true"])
-    assert default.dataloader_pin_memory is False  # the test machine has no accelerator
     assert asked.dataloader_pin_memory is True

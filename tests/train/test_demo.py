@@ -7,8 +7,9 @@ import os
 import pytest
 from helpers import REPO
 
-from pooled_models.train.cli import main, parse_arguments, read_config_file, task_specs
-from pooled_models.train.model import pooled_config_kwargs
+from pooled_models.train.arguments import chosen_model_settings, parse_arguments, read_config_file
+from pooled_models.train.cli import main
+from pooled_models.train.tasks import task_specs
 
 PATH_SETTINGS = ("train_file", "validation_file", "test_file", "output_dir")
 
@@ -54,7 +55,7 @@ def test_the_written_configs_parse_from_another_folder(tmp_path, monkeypatch, co
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     model_args, data_args, training_args = parse_arguments([str(tmp_path / "demo" / config)])
-    specs = task_specs(data_args, pooled_config_kwargs(model_args))
+    specs = task_specs(data_args, chosen_model_settings(model_args))
     for spec in specs:
         for path in spec.data.files().values():
             assert os.path.isfile(path), path

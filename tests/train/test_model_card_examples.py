@@ -8,7 +8,7 @@ import re
 import pytest
 from helpers import REPO
 
-from pooled_models.train.publish import DEFAULT_TEMPLATE, TASK_TEMPLATE, TEMPLATES_DIR
+from pooled_models.train.card import DEFAULT_TEMPLATE, TASK_TEMPLATE, TEMPLATES_DIR
 
 EXAMPLES = REPO / "model_cards" / "examples"
 TEMPLATE_OF = {

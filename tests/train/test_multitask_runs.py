@@ -3,6 +3,7 @@ file's tasks): per-task metrics and predictions, best-model selection, threshold
 learning rates, loss weights, resuming, bad configs, the model card and the published models."""
 
 import json
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -14,18 +15,21 @@ from helpers import (
     multi_label_rows,
     random_batch,
     tiny_multitask_model,
+    topic_rows,
     write_rows,
 )
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForTokenClassification, TrainerCallback, pipeline
+from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer, TrainerCallback, pipeline
 
 from pooled_models import PooledForMultiTask, PooledForTokenClassification
 from pooled_models.errors import UsageError
-from pooled_models.train.cli import HEAD_LEARNING_RATE, run
-from pooled_models.train.data import TaskSpec
-from pooled_models.train.data.batching import MultiTaskCollator, MultiTaskRows
-from pooled_models.train.trainer import MultiTaskTrainer
+from pooled_models.thresholds import tune_thresholds
+from pooled_models.train.arguments import HEAD_LEARNING_RATE, DataArguments
+from pooled_models.train.cli import run
+from pooled_models.train.data.multitask import MultiTaskRows, TaskCollator
+from pooled_models.train.tasks import TaskSpec
+from pooled_models.train.trainer import PooledTrainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -37,6 +41,22 @@ def entity_files(tmp_path, count=96):
         split: write_rows(tmp_path / f"{split}.jsonl", entity_rows(size, seed))
         for split, (size, seed) in {"train": (count, 0), "validation": (24, 1), "test": (24, 2)}.items()
     }
+
+
+@contextmanager
+def recording_eval_samplers():
+    """``(task or None, rows, sampler class name)`` of each evaluation and prediction the Trainer runs."""
+    samplers = []
+    original = PooledTrainer._get_eval_sampler
+
+    def recording(self, dataset):
+        sampler = original(self, dataset)
+        samplers.append((dataset[0].get("task"), len(dataset), type(sampler).__name__))
+        return sampler
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PooledTrainer, "_get_eval_sampler", recording)
+        yield samplers
 
 
 def split_flags(files):
@@ -90,13 +110,23 @@ def token_run(tiny_backbone_path, tmp_path_factory, one_torch_thread):
     tmp_path = tmp_path_factory.mktemp("token_run")
     files = entity_files(tmp_path)
     output_dir = tmp_path / "out"
-    result = run(
-        ["--model_name_or_path", tiny_backbone_path, "--output_dir", str(output_dir), *FAST, *LEARN]
-        + split_flags(files)
-        + ["--tags_column", "tags", "--do_train", "--do_eval", "--do_predict", "--load_best_model_at_end"]
-        + ["--example_texts", "we went to Paris today"]
-    )
+    with recording_eval_samplers() as samplers:
+        result = run(
+            ["--model_name_or_path", tiny_backbone_path, "--output_dir", str(output_dir), *FAST, *LEARN]
+            + split_flags(files)
+            + ["--tags_column", "tags", "--do_train", "--do_eval", "--do_predict", "--load_best_model_at_end"]
+            + ["--example_texts", "we went to Paris today"]
+        )
+    result.samplers = samplers
     return result, files
+
+
+def test_a_token_runs_evaluation_and_prediction_are_sorted_by_length(token_run):
+    # A token run from flags is a one-task run: train.py's default --length_sorted_eval reaches it too (it used to
+    # be ignored, the token rows having no column names for Trainer's length lookup).
+    result, _ = token_run
+    assert {(rows, sampler) for _, rows, sampler in result.samplers} == {(24, "LengthSortedSampler")}
+    assert len(result.samplers) >= 2  # validation at each epoch, and the test split
 
 
 def test_a_token_run_publishes_a_token_classifier_that_learned(token_run):
@@ -129,11 +159,27 @@ def test_a_token_run_writes_word_predictions_a_card_and_works_in_pipeline(token_
     card = ModelCard.load(folder / "README.md")
     assert card.data.pipeline_tag == "token-classification"
     assert 'aggregation_strategy="simple"' in card.text and "`B-LOC`" in card.text
+    assert "| `tokens` | train | `train.jsonl` | 96 | 0 |" in card.text
     groups = pipeline("token-classification", model=str(folder), aggregation_strategy="simple")(
         "we went to Paris"
     )
     assert [(group["entity_group"], group["word"]) for group in groups] == [("LOC", "paris")]
-    assert result.examples and "LOC 'paris'" in result.examples[0][1]["entities"]
+    # the example answers are the saved model's, through pipeline(): the same entity
+    ((text, answers),) = result.examples
+    assert text == "we went to Paris today"
+    assert [(answer["entity_group"], answer["word"]) for answer in answers["tokens"]] == [("LOC", "paris")]
+
+
+def test_a_config_file_of_one_task_publishes_that_tasks_model(tiny_backbone_path, tmp_path):
+    # What a run publishes follows from its tasks: one task, from flags or from a config file's tasks, is its own model.
+    files = entity_files(tmp_path, count=32)
+    task = {"kind": "token", **{f"{split}_file": str(path) for split, path in files.items()}}
+    config = {"do_train": True, "do_eval": True, "tasks": {"places": task}}
+    result = run_config(config, tmp_path, tiny_backbone_path, "--num_train_epochs", "1")
+    assert json.loads((result.output_dir / "config.json").read_text())["architectures"] == [
+        "PooledForTokenClassification"
+    ]
+    assert "eval_f1" in result.metrics and not any("places" in key for key in result.metrics)
 
 
 def test_a_token_run_reads_conll_files(tiny_backbone_path, tmp_path):
@@ -193,7 +239,10 @@ def multitask_run(tiny_backbone_path, tmp_path_factory, one_torch_thread):
         load_best_model_at_end=True, metric_for_best_model="topic_f1_macro", example_texts=["we met in Rome"]
     )
     record = RecordSteps()
-    result = run_config(config, tmp_path, tiny_backbone_path, "--num_train_epochs", "4", callbacks=[record])
+    with recording_eval_samplers() as record.samplers:
+        result = run_config(
+            config, tmp_path, tiny_backbone_path, "--num_train_epochs", "4", callbacks=[record]
+        )
     return result, record
 
 
@@ -222,6 +271,19 @@ def test_every_task_is_evaluated_with_its_own_metrics(multitask_run):
     )
 
 
+def test_every_tasks_evaluation_and_prediction_is_sorted_by_length(multitask_run):
+    # train.py's default --length_sorted_eval applies to every task of a run of tasks, token tasks included.
+    _, record = multitask_run
+    assert {(task, sampler) for task, _, sampler in record.samplers} == {
+        (task, "LengthSortedSampler") for task in ("topic", "tags", "length", "places")
+    }
+    assert {(task, rows) for task, rows, _ in record.samplers} >= {
+        ("places", 24),
+        ("topic", 24),
+        ("tags", 16),
+    }
+
+
 def test_the_best_model_is_chosen_by_one_tasks_metric(multitask_run):
     result, _ = multitask_run
     state = json.loads((result.output_dir / "trainer_state.json").read_text())
@@ -240,7 +302,18 @@ def test_the_published_multitask_model_holds_every_head_and_the_tuned_threshold(
     # train.py's label-token defaults, as a single-task run has them: the top 2 layers, one-way attention
     assert model.config.tasks["tags"]["label_token_layers"] == 2
     assert model.config.tasks["tags"]["label_token_attention"] == "one_way"
-    assert isinstance(model.config.tasks["tags"]["decision_threshold"], float)  # tuned on validation
+    # tuned on validation: what tune_thresholds gives on the saved model's validation scores of the task
+    threshold = model.config.tasks["tags"]["decision_threshold"]
+    validation = multi_label_rows(16, 1)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        inputs = tokenizer([row["text"] for row in validation], padding=True, return_tensors="pt")
+        scores = torch.sigmoid(model.eval()(**inputs, task="tags").logits).numpy()
+    names = ["food", "music", "sport"]
+    targets = [[float(name in row["label"]) for name in names] for row in validation]
+    assert threshold == pytest.approx(
+        tune_thresholds(scores, targets, per_label=False, average="micro"), abs=1e-4
+    )
     assert model.config.tasks["length"]["problem_type"] == "regression"
     for name in ("topic", "tags", "length", "places"):
         assert (folder / f"predictions_{name}.jsonl").is_file()
@@ -249,13 +322,23 @@ def test_the_published_multitask_model_holds_every_head_and_the_tuned_threshold(
     card = (folder / "README.md").read_text()
     for name in ("`topic`", "`tags`", "`length`", "`places`", "mean_score", "places_only"):
         assert name in card, name
+    # the data table names each task's splits, their files and rows
+    for task, source, rows in (("topic", "train.jsonl", 96), ("tags", "tags_validation.jsonl", 16)):
+        split = "train" if task == "topic" else "validation"
+        assert f"| `{task}` | {split} | `{source}` | {rows} | 0 |" in card
+    assert (
+        f"`tags` predicts a label when its sigmoid score reaches {json.dumps(threshold)} (tuned on the validation split "
+        "(16 rows) to maximise micro-F1; loss `asymmetric`)." in card
+    )
     model.export_head("places", tmp_path / "places_only")
     groups = pipeline(
         "token-classification", model=str(tmp_path / "places_only"), aggregation_strategy="simple"
     )
-    assert all(group["entity_group"] == "LOC" for group in groups("we met in Rome"))
-    answers = result.examples[0][1]
-    assert set(answers) == {"topic", "tags", "length", "places"}
+    found = groups("we met in Rome")
+    assert found and all(group["entity_group"] == "LOC" for group in found)
+    ((text, answers),) = result.examples
+    assert text == "we met in Rome" and set(answers) == {"topic", "tags", "length", "places"}
+    assert [(answer["entity_group"], answer["word"]) for answer in answers["places"]] == [("LOC", "Rome")]
 
 
 def test_heads_train_at_their_own_rate_and_frozen_parts_do_not_change(multitask_run):
@@ -271,7 +354,7 @@ def test_heads_train_at_their_own_rate_and_frozen_parts_do_not_change(multitask_
 
 def test_a_curriculum_trains_the_first_task_alone_first(tiny_backbone_path, tmp_path, monkeypatch):
     seen = []
-    original = MultiTaskTrainer.compute_loss
+    original = PooledTrainer.compute_loss
 
     lengths = []
 
@@ -281,7 +364,7 @@ def test_a_curriculum_trains_the_first_task_alone_first(tiny_backbone_path, tmp_
             lengths.append(self.task_sampler.lengths)
         return original(self, model, inputs, *args, **kwargs)
 
-    monkeypatch.setattr(MultiTaskTrainer, "compute_loss", recording)
+    monkeypatch.setattr(PooledTrainer, "compute_loss", recording)
     config = multitask_config(
         tmp_path, topic={"start_epoch": 1}, tags={"start_epoch": 2}, length={"start_epoch": 2}
     )
@@ -297,18 +380,16 @@ def test_a_curriculum_trains_the_first_task_alone_first(tiny_backbone_path, tmp_
 
 
 def test_a_tasks_loss_weight_scales_its_training_loss_only(tiny_backbone_path, tmp_path):
-    from transformers import AutoTokenizer, TrainingArguments
-
-    from pooled_models.train.cli import DataArguments
+    from transformers import TrainingArguments
 
     model = tiny_multitask_model().train()
     tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_path)
     specs = [TaskSpec("team", "sequence", DataArguments(), loss_weight=3.0)]
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
-    trainer = MultiTaskTrainer(
+    trainer = PooledTrainer(
         model=model,
         args=args,
-        data_collator=MultiTaskCollator(tokenizer, {"team": "sequence"}),
+        data_collator=TaskCollator(tokenizer, {"team": "sequence"}),
         tasks=specs,
         train_dataset=MultiTaskRows({"team": [{"input_ids": [5, 6, 7], "labels": 1}]}),
     )
@@ -389,3 +470,39 @@ def test_a_bad_multitask_config_stops_the_run_before_anything_is_written(
     with pytest.raises(UsageError, match=message):
         run_config(config, tmp_path, tiny_backbone_path)
     assert leftovers(tmp_path / "out") == []
+
+
+def test_predicting_with_a_multitask_model_saved_without_problem_types(tiny_backbone_path, tmp_path):
+    """A PooledForMultiTask saved with save_pretrained, its sequence tasks naming no problem type: --do_predict on
+    test files without labels reads each as transformers' loss would (one output: regression; more: single-label)
+    and publishes that problem type in each task's config."""
+    from pooled_models import PooledMultiTaskConfig
+
+    torch.manual_seed(0)
+    config = PooledMultiTaskConfig(
+        backbone_config=AutoConfig.from_pretrained(tiny_backbone_path),
+        tasks={
+            "topic": {"kind": "sequence", "id2label": {0: "sport", 1: "food"}},
+            "length": {"kind": "sequence", "num_labels": 1},
+        },
+    )
+    assert all(config.tasks[name].get("problem_type") is None for name in ("topic", "length"))
+    saved = tmp_path / "saved"
+    PooledForMultiTask(config).save_pretrained(saved)
+    AutoTokenizer.from_pretrained(tiny_backbone_path).save_pretrained(saved)
+    test = write_rows(tmp_path / "test.csv", [{"text": row["text"]} for row in topic_rows(5)])
+    tasks = {name: {"kind": "sequence", "test_file": str(test)} for name in ("topic", "length")}
+    result = run_config({"do_predict": True, "tasks": tasks}, tmp_path / "run", str(saved))
+    published = json.loads((result.output_dir / "config.json").read_text())["tasks"]
+    assert published["topic"]["problem_type"] == "single_label_classification"
+    assert published["length"]["problem_type"] == "regression"
+    topic, length = (
+        [
+            json.loads(line)
+            for line in (result.output_dir / f"predictions_{name}.jsonl").read_text().splitlines()
+        ]
+        for name in ("topic", "length")
+    )
+    assert len(topic) == len(length) == 5
+    assert all(row["prediction"] == max(row["scores"], key=row["scores"].get) for row in topic)
+    assert all(isinstance(row["prediction"], float) for row in length)

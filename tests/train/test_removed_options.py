@@ -14,7 +14,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 
 from pooled_models import PooledConfig, PooledForSequenceClassification
 from pooled_models.errors import UsageError
-from pooled_models.train.cli import parse_arguments
+from pooled_models.train.arguments import parse_arguments
 from pooled_models.train.options import REMOVED_OPTIONS
 
 # flag -> a value it took, and a figure its message must quote

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from pooled_models.train.data.batching import TaskBatchSampler, task_shares
+from pooled_models.train.data.multitask import TaskBatchSampler, task_shares
 
 SIZES = {"big": 1000, "small": 100}  # one task with 10x the data of the other
 

@@ -1,5 +1,6 @@
 """Token-classification data: CoNLL files, the checks of words and tags (file, column, row), the label space and the
-alignment of tags to sub-words; and the entity-level metrics."""
+alignment of tags to sub-words; the entity-level metrics; and the entities read back from a tagged text (BIO
+decoding), where an O tag ends an entity."""
 
 import numpy as np
 import pytest
@@ -7,8 +8,15 @@ from helpers import entity_rows, write_rows
 from transformers import AutoTokenizer
 
 from pooled_models.errors import DataError
-from pooled_models.train.cli import DataArguments
-from pooled_models.train.data.token import TokenLabels, prepare_token_splits, read_conll, tokenize_words
+from pooled_models.train.arguments import DataArguments
+from pooled_models.train.data.token import (
+    TokenLabels,
+    entities_of,
+    entity_spans,
+    prepare_token_splits,
+    read_conll,
+    tokenize_words,
+)
 from pooled_models.train.evaluation import token_metrics, uses_entity_tags
 
 CONLL = """-DOCSTART- -X- -X- O
@@ -139,3 +147,36 @@ def test_word_class_tags_get_token_accuracy_only():
 def test_continuation_turns_b_into_i_where_the_label_space_has_it():
     labels = TokenLabels(["O", "B-LOC", "I-LOC", "B-X"])
     assert labels.continuation() == {0: 0, 1: 2, 2: 2, 3: 3}
+
+
+@pytest.mark.parametrize(
+    "tags, spans",
+    [
+        (
+            ["B-PER", "O", "I-PER"],
+            [("PER", 0, 0), ("PER", 2, 2)],
+        ),  # an O ends the entity: two people, not one
+        (["B-PER", "I-PER", "O"], [("PER", 0, 1)]),
+        (["B-PER", "B-PER"], [("PER", 0, 0), ("PER", 1, 1)]),  # B- always opens a new one
+        (["B-PER", "I-LOC", "I-LOC"], [("PER", 0, 0), ("LOC", 1, 2)]),  # I- of another type opens one (IOB1)
+        (["I-ORG", "I-ORG", "O", "O"], [("ORG", 0, 1)]),
+        (["O", "O"], []),
+    ],
+)
+def test_entity_spans_follow_the_bio_tags(tags, spans):
+    assert entity_spans(tags) == spans
+
+
+def test_entities_of_a_text_end_at_an_o_tag(minilm_tokenizer):
+    # "John met Smith", tagged B-PER, O, I-PER: two entities, "John" and "Smith", never "John met Smith".
+    id2label = {0: "O", 1: "B-PER", 2: "I-PER"}
+    text = "John met Smith"
+    word_tags = [1, 0, 2]
+    encoding = minilm_tokenizer(text)
+    logits = np.zeros((len(encoding["input_ids"]), 3))
+    for position, word in enumerate(encoding.word_ids()):
+        logits[position, 0 if word is None else word_tags[word]] = 5.0
+    found = entities_of(text, minilm_tokenizer, logits, id2label)
+    assert [(kind, span) for kind, span, _ in found] == [("PER", "John"), ("PER", "Smith")]
+    probability = np.exp(5.0) / (np.exp(5.0) + 2)
+    assert [score for _, _, score in found] == pytest.approx([probability, probability])

@@ -1,4 +1,5 @@
-"""train.py's arguments: config files and flags, settings derived from PooledConfig, refused code references."""
+"""train.py's arguments: config files and flags, one argument for every PooledConfig setting (typed, with its help and
+the config's default), refused code references."""
 
 import dataclasses
 import json
@@ -7,11 +8,18 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import REPO
-from transformers import BertConfig, GPT2Config, HfArgumentParser
+from transformers import BertConfig, GPT2Config
 
-from pooled_models import PooledConfig
-from pooled_models.train.cli import ModelArguments, UsageError, model_argument_fields, parse_arguments
-from pooled_models.train.model import default_label_token_settings, pooled_config_fields, pooled_config_kwargs
+from pooled_models.errors import UsageError
+from pooled_models.train.arguments import (
+    TRAIN_PY_DEFAULTS,
+    ModelArguments,
+    chosen_model_settings,
+    parse_arguments,
+    pooled_config_fields,
+)
+from pooled_models.train.arguments.model import config_default
+from pooled_models.train.plan import default_label_token_settings
 
 SETTINGS = {
     "model_name_or_path": "some/backbone",
@@ -92,56 +100,41 @@ def test_every_pooled_config_setting_is_an_argument():
     } <= config_names
 
 
-def test_a_setting_added_to_the_config_becomes_a_flag_automatically():
-    class ExtendedConfig(PooledConfig):
-        r"""
-        Args:
-            label_token_init (`str`, *optional*):
-                How the label embeddings start.
-        """
+def test_every_model_argument_has_the_configs_default_or_train_pys_and_help():
+    arguments = {item.name: item for item in dataclasses.fields(ModelArguments)}
+    for config_field in pooled_config_fields():
+        argument = arguments[config_field.name]
+        expected = TRAIN_PY_DEFAULTS.get(config_field.name, config_default(config_field))
+        assert argument.default == expected, config_field.name
+        assert len(argument.metadata["help"]) > 20, config_field.name
+    # train.py's own defaults are the ones the help names as train.py's
+    for name in TRAIN_PY_DEFAULTS:
+        assert "train.py's default" in arguments[name].metadata["help"]
 
-        label_token_init: str | None = None
-        label_token_scale: float = 1.0
-        label_token_map: dict | None = None
-        label_token_names: list[str] = dataclasses.field(default_factory=lambda: ["a", "b"])
 
-    arguments = dataclasses.make_dataclass("Arguments", model_argument_fields(ExtendedConfig))
-    parser = HfArgumentParser(arguments)
-    (parsed,) = parser.parse_args_into_dataclasses(
-        [
-            "--label_token_init",
-            "names",
-            "--label_token_scale",
-            "0.5",
-            "--label_token_map",
-            '{"joy": "happy"}',
-        ],
-        look_for_args_file=False,
-    )
-    assert (parsed.label_token_init, parsed.label_token_scale, parsed.label_token_map) == (
-        "names",
-        0.5,
-        {"joy": "happy"},
-    )
-    assert parsed.label_token_names == ["a", "b"]
-    help_text = parser.format_help()
-    assert "How the label embeddings start." in help_text
+def test_a_model_argument_is_typed_as_the_flag_gives_it(tmp_path):
+    flags = ["--output_dir", "o", "--gem_p", "2.5", "--attention_heads", "3", "--packed_batches", "true"]
+    flags += ["--decision_threshold", "[0.3, 0.6]", "--label_token_init_ids", "[[1, 2], [3]]"]
+    model_args, _, _ = parse_arguments(flags)
+    assert (model_args.gem_p, model_args.attention_heads, model_args.packed_batches) == (2.5, 3, True)
+    assert model_args.decision_threshold == [0.3, 0.6]
+    assert model_args.label_token_init_ids == [[1, 2], [3]]
 
 
 def test_only_the_settings_the_user_changed_reach_the_config():
     model_args, _, _ = parse_arguments(["--pooling", "gem", "--gem_p", "2.0", "--output_dir", "out"])
-    assert pooled_config_kwargs(model_args) == {"pooling": "gem", "gem_p": 2.0}
+    assert chosen_model_settings(model_args) == {"pooling": "gem", "gem_p": 2.0}
 
 
 @pytest.mark.parametrize("given, expected", [("2", 2), ("all", "all")])
 def test_label_token_layers_reaches_the_config_as_a_number_or_all(tmp_path, given, expected):
     flags = ["--pooling", "label_tokens", "--label_token_layers", given, "--output_dir", "out"]
     model_args, _, _ = parse_arguments(flags)
-    assert pooled_config_kwargs(model_args) == {"pooling": "label_tokens", "label_token_layers": expected}
+    assert chosen_model_settings(model_args) == {"pooling": "label_tokens", "label_token_layers": expected}
     config = write_config(
         tmp_path, ".yaml", {"pooling": "label_tokens", "label_token_layers": expected, "output_dir": "out"}
     )
-    assert pooled_config_kwargs(parse_arguments([str(config)])[0])["label_token_layers"] == expected
+    assert chosen_model_settings(parse_arguments([str(config)])[0])["label_token_layers"] == expected
 
 
 @pytest.mark.parametrize("key", ["trust_remote_code", "auto_map", "custom_pipelines"])
@@ -262,7 +255,7 @@ def test_train_py_puts_label_tokens_in_the_top_two_layers_where_the_backbone_can
 ):
     flags = ["--pooling", "label_tokens", "--output_dir", "out"]
     flags += ["--label_token_layers", str(given)] if given is not None else []
-    settings = pooled_config_kwargs(parse_arguments(flags)[0])
+    settings = chosen_model_settings(parse_arguments(flags)[0])
     default_label_token_settings(settings, backbone_config)
     assert settings.get("label_token_layers") == expected
 
@@ -292,7 +285,7 @@ def test_train_py_puts_label_tokens_in_the_top_two_layers_where_the_backbone_can
 def test_train_py_makes_label_token_attention_one_way_where_the_backbone_can(
     backbone_config, flags, expected
 ):
-    settings = pooled_config_kwargs(
+    settings = chosen_model_settings(
         parse_arguments(["--pooling", "label_tokens", "--output_dir", "out", *flags])[0]
     )
     default_label_token_settings(settings, backbone_config)
@@ -300,6 +293,6 @@ def test_train_py_makes_label_token_attention_one_way_where_the_backbone_can(
 
 
 def test_the_label_token_layers_default_leaves_other_poolings_alone():
-    settings = pooled_config_kwargs(parse_arguments(["--pooling", "mean", "--output_dir", "out"])[0])
+    settings = chosen_model_settings(parse_arguments(["--pooling", "mean", "--output_dir", "out"])[0])
     default_label_token_settings(settings, BertConfig(num_hidden_layers=6))
     assert "label_token_layers" not in settings and "label_token_attention" not in settings

@@ -8,7 +8,8 @@ from datasets import ClassLabel, Features, List, Value
 from helpers import bad_run, multi_label_rows, pair_regression_rows, topic_rows, train, write_rows
 
 from pooled_models.errors import DataError
-from pooled_models.train.data.sequence import Labels, detect_problem_type
+from pooled_models.modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from pooled_models.train.data.labels import Labels, detect_problem_type
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -236,6 +237,33 @@ def test_multi_label_class_label_lists_become_multi_hot_targets():
     assert targets == [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
 
 
+def test_a_saved_config_without_a_problem_type_is_read_as_its_loss_reads_it():
+    """transformers' loss: one output is regression, more are single-label; --problem_type may choose another that
+    the outputs fit, and a run's training labels of any problem type match it if the names are the same."""
+    from types import SimpleNamespace
+
+    def config(names, problem_type=None):
+        return SimpleNamespace(
+            problem_type=problem_type, num_labels=len(names), id2label=dict(enumerate(names))
+        )
+
+    two, one = config(["sport", "food"]), config(["score"])
+    assert (Labels.from_config(two).problem_type, Labels.from_config(two).names) == (
+        SINGLE_LABEL,
+        ["sport", "food"],
+    )
+    assert (Labels.from_config(one).problem_type, Labels.from_config(one).names) == (REGRESSION, [])
+    assert Labels.from_config(two, MULTI_LABEL).problem_type == MULTI_LABEL
+    with pytest.raises(DataError, match="names no problem type and has 1 output"):
+        Labels.from_config(one, MULTI_LABEL)
+    with pytest.raises(DataError, match="has 2 output.*regression needs one output"):
+        Labels.from_config(two, REGRESSION)
+    trained = Labels(problem_type=MULTI_LABEL, names=["sport", "food"])
+    assert Labels.from_config(two).matches(trained)
+    assert not Labels.from_config(config(["sport", "food"], SINGLE_LABEL)).matches(trained)  # stated: kept
+    assert not Labels.from_config(two).matches(Labels(problem_type=MULTI_LABEL, names=["food", "sport"]))
+
+
 def test_a_multi_label_override_on_plain_strings_asks_for_a_separator():
     with pytest.raises(DataError, match="label_separator"):
         Labels.from_training(
@@ -261,8 +289,8 @@ def test_features_of_a_hub_style_dataset_are_used(tmp_path):
     Dataset.from_dict({"text": ["bad", "good", "fine"], "label": [0, 1, 1]}, features=features).to_parquet(
         tmp_path / "train.parquet"
     )
-    from pooled_models.train.cli import DataArguments
-    from pooled_models.train.data.sequence import load_splits
+    from pooled_models.train.arguments import DataArguments
+    from pooled_models.train.data.files import load_splits
 
     arguments = DataArguments(train_file=str(tmp_path / "train.parquet"))
     split = load_splits(arguments, ["train"])["train"]

@@ -301,14 +301,14 @@ def test_thresholds_tuned_on_two_processes_are_the_same_everywhere_and_fit_all_v
     )
 
 
-# train.py's run with the multi-task trainer's loss recording, per process, the task of each training batch.
+# train.py's run with the Trainer's loss recording, per process, the task of each training batch.
 TASK_RECORDING_RUN = textwrap.dedent(
     """
     import json, sys
-    from pooled_models.train.trainer import MultiTaskTrainer
+    from pooled_models.train.trainer import PooledTrainer
     from pooled_models.train.cli import run
 
-    original = MultiTaskTrainer.compute_loss
+    original = PooledTrainer.compute_loss
 
     def recording(self, model, inputs, *args, **kwargs):
         if model.training:
@@ -316,7 +316,7 @@ TASK_RECORDING_RUN = textwrap.dedent(
                 handle.write(json.dumps([self.state.global_step, inputs["task"], len(inputs["input_ids"])]) + "\\n")
         return original(self, model, inputs, *args, **kwargs)
 
-    MultiTaskTrainer.compute_loss = recording
+    PooledTrainer.compute_loss = recording
     run(sys.argv[1:])
     """
 )

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, TrainerCallback
 
 from pooled_models import PooledForSequenceClassification
-from pooled_models.errors import UsageError
+from pooled_models.errors import DataError, UsageError
 from pooled_models.thresholds import tune_thresholds
 from pooled_models.train.cli import run
 from pooled_models.train.demo import TEAMS
@@ -109,10 +109,21 @@ def test_quickstart_model_loads_with_its_labels_and_matches_the_reported_metrics
 
 
 def test_quickstart_classifies_the_example_texts_with_pipeline(quickstart):
+    from transformers import AutoTokenizer
+
     texts = yaml.safe_load((REPO / "configs/quickstart.yaml").read_text())["example_texts"]
     assert [text for text, _ in quickstart.examples] == texts
-    for _, result in quickstart.examples:
-        assert result[0]["label"] in TEAMS and 0 < result[0]["score"] <= 1
+    # Each answer is the saved model's own prediction: its best label, with that label's probability.
+    folder = quickstart.output_dir
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    for text, answers in quickstart.examples:
+        with torch.no_grad():
+            scores = model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0]
+        best = int(scores.argmax())
+        ((answer,),) = answers.values()  # the one task's one best label
+        assert answer["label"] == model.config.id2label[best] and answer["label"] in TEAMS
+        assert answer["score"] == pytest.approx(scores[best].item(), abs=1e-5)
 
 
 def test_model_card_metadata_and_evaluation_table_hold_the_run(quickstart):
@@ -387,6 +398,74 @@ def test_evaluating_a_trained_model_reuses_its_labels(quickstart, tmp_path):
         )
 
 
+def saved_without_a_problem_type(backbone: str, folder: Path, names: list[str]) -> Path:
+    """A PooledForSequenceClassification saved with save_pretrained, as a user saves one: its config names no
+    problem type (train.py records one; transformers' classifiers only at their first loss)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from pooled_models import PooledConfig
+
+    torch.manual_seed(0)
+    config = PooledConfig(
+        backbone_config=AutoConfig.from_pretrained(backbone), id2label=dict(enumerate(names))
+    )
+    assert config.problem_type is None
+    PooledForSequenceClassification(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(backbone).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("names", "flags", "problem_type"),
+    [
+        (["sport", "food"], (), "single_label_classification"),
+        (["score"], (), "regression"),
+        (["sport", "food"], ("--problem_type", "multi_label_classification"), "multi_label_classification"),
+    ],
+    ids=["two_outputs", "one_output", "problem_type_flag"],
+)
+def test_predicting_with_a_model_saved_without_a_problem_type(
+    names, flags, problem_type, tiny_backbone_path, tmp_path
+):
+    """--do_predict on a test file without labels, from a model whose config names no problem type: read as
+    transformers' loss reads it (one output: regression; more: single-label), or as --problem_type says. It used to
+    fail writing the predictions with "'numpy.float64' object is not iterable"."""
+    folder = saved_without_a_problem_type(tiny_backbone_path, tmp_path / "saved", names)
+    test = write_rows(tmp_path / "test.csv", [{"text": row["text"]} for row in topic_rows(6)])
+    result = train(str(folder), tmp_path / "out", "--test_file", str(test), "--do_predict", *flags)
+    assert json.loads((result.output_dir / "config.json").read_text())["problem_type"] == problem_type
+    predictions = [
+        json.loads(line) for line in (result.output_dir / "predictions.jsonl").read_text().splitlines()
+    ]
+    assert len(predictions) == 6 and all("label" not in prediction for prediction in predictions)
+    for prediction in predictions:
+        if problem_type == "regression":
+            assert isinstance(prediction["prediction"], float) and "scores" not in prediction
+            continue
+        assert set(prediction["scores"]) == set(names)
+        if problem_type == "single_label_classification":
+            assert prediction["prediction"] == max(names, key=prediction["scores"].get)
+            assert sum(prediction["scores"].values()) == pytest.approx(1, abs=1e-5)
+        else:
+            assert set(prediction["prediction"]) <= set(names)
+
+
+def test_a_problem_type_flag_that_the_saved_outputs_cannot_take_is_refused(tiny_backbone_path, tmp_path):
+    folder = saved_without_a_problem_type(tiny_backbone_path, tmp_path / "saved", ["score"])
+    test = write_rows(tmp_path / "test.csv", [{"text": row["text"]} for row in topic_rows(4)])
+    with pytest.raises(DataError, match="names no problem type and has 1 output.*multi_label_classification"):
+        train(
+            str(folder),
+            tmp_path / "out",
+            "--test_file",
+            str(test),
+            "--do_predict",
+            "--problem_type",
+            "multi_label_classification",
+        )
+    assert leftovers(tmp_path / "out") == []
+
+
 def test_long_texts_are_truncated_at_the_backbone_limit_and_counted(tiny_backbone_path, tmp_path, caplog):
     rows = topic_rows(20)
     rows[3]["text"] = " ".join(["football"] * 200)  # far beyond the tiny backbone's 64 positions
@@ -496,7 +575,7 @@ def test_push_to_hub_uploads_the_finished_folder(tiny_backbone_path, tmp_path, m
 
 def test_fast_settings_are_valid_flags():
     # FAST is shared by these tests; a typo there would silently test something else.
-    from pooled_models.train.cli import parse_arguments
+    from pooled_models.train.arguments import parse_arguments
 
     _, _, training_args = parse_arguments(["--output_dir", "x", *FAST])
     assert training_args.learning_rate == 1e-3 and training_args.num_train_epochs == 3

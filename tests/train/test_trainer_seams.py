@@ -1,13 +1,17 @@
-"""The private parts of transformers' Trainer that PooledTrainer and MultiTaskTrainer rely on. Each check fails when
-transformers changes what train.py relies on (a renamed method, another signature, a dataloader that no longer asks
-for it), so that the change shows here rather than as batches that silently lose their length grouping."""
+"""The private parts of transformers' Trainer that PooledTrainer relies on, and the DataLoader settings it keeps. Each
+check fails when transformers changes what train.py relies on (a renamed method, another signature, a dataloader that
+no longer asks for it), so that the change shows here rather than as batches that silently lose their length grouping,
+and when a loader PooledTrainer re-batches loses a setting Trainer gave it."""
 
 import inspect
+from functools import partial
 
 import pytest
+import torch
+from torch.utils.data import DataLoader
 from transformers import Trainer
 
-from pooled_models.train.trainer import MultiTaskTrainer, PooledTrainer
+from pooled_models.train.trainer import PooledTrainer, rebatched
 
 # The private methods PooledTrainer overrides -> the parameters it passes on (their names, in order).
 OVERRIDDEN = {
@@ -17,9 +21,9 @@ OVERRIDDEN = {
 }
 # The public methods that must reach them: what Trainer calls them from.
 CALLERS = {
-    "_get_train_sampler": "get_train_dataloader",
-    "_get_eval_sampler": "get_eval_dataloader",
-    "_get_dataloader": "get_eval_dataloader",
+    "_get_train_sampler": ["get_train_dataloader"],
+    "_get_eval_sampler": ["get_eval_dataloader", "get_test_dataloader"],
+    "_get_dataloader": ["get_train_dataloader", "get_eval_dataloader", "get_test_dataloader"],
 }
 
 
@@ -33,32 +37,58 @@ def test_trainer_still_has_each_overridden_method_with_its_signature(name):
 
 @pytest.mark.parametrize("name", sorted(CALLERS))
 def test_trainer_still_builds_its_dataloaders_through_them(name):
-    assert name in inspect.getsource(getattr(Trainer, CALLERS[name]))
-    assert "_get_dataloader" in inspect.getsource(Trainer.get_test_dataloader)
+    for caller in CALLERS[name]:
+        assert name in inspect.getsource(getattr(Trainer, caller)), (caller, name)
 
 
-def test_the_private_parts_the_multitask_trainer_uses_are_still_there():
-    # get_train_dataloader removes unused columns as Trainer's does; evaluate measures memory as Trainer's does.
-    assert list(inspect.signature(Trainer._get_collator_with_removed_columns).parameters)[:3] == [
+def test_the_public_parts_the_evaluation_uses_are_still_there():
+    # evaluate runs Trainer's own evaluation_loop on each task's loader and reports through log and on_evaluate.
+    assert list(inspect.signature(Trainer.evaluation_loop).parameters)[:6] == [
         "self",
-        "data_collator",
+        "dataloader",
         "description",
+        "prediction_loss_only",
+        "ignore_keys",
+        "metric_key_prefix",
     ]
-    init = inspect.getsource(Trainer.__init__)
-    assert "self._memory_tracker" in init
-    assert "_train_batch_size" in init
-    assert "evaluation_loop" in dir(Trainer)
+    assert "self.callback_handler" in inspect.getsource(Trainer.__init__)
 
 
 def test_no_other_private_trainer_method_is_overridden():
     """A new private override needs a reason in trainer.py and a check here."""
-    for cls in (PooledTrainer, MultiTaskTrainer):
-        private = {
-            name
-            for name, value in vars(cls).items()
-            if name.startswith("_")
-            and not name.startswith("__")
-            and callable(value)
-            and hasattr(Trainer, name)
-        }
-        assert private <= set(OVERRIDDEN), (cls.__name__, private - set(OVERRIDDEN))
+    private = {
+        name
+        for name, value in vars(PooledTrainer).items()
+        if name.startswith("_") and not name.startswith("__") and callable(value) and hasattr(Trainer, name)
+    }
+    assert private <= set(OVERRIDDEN), private - set(OVERRIDDEN)
+
+
+def _seed(worker_id):
+    pass
+
+
+def test_a_rebatched_loader_keeps_every_setting_of_the_loader_it_replaces():
+    # Every DataLoader setting but the batching ones: a new torch setting fails here until rebatched copies it.
+    batching = {"self", "dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"}
+    settings = set(inspect.signature(DataLoader.__init__).parameters) - batching
+    given = {
+        "num_workers": 2,
+        "collate_fn": list,
+        "pin_memory": True,
+        "timeout": 5.0,
+        "worker_init_fn": partial(_seed),
+        "multiprocessing_context": "spawn",
+        "generator": torch.Generator().manual_seed(3),
+        "prefetch_factor": 3,
+        "persistent_workers": True,
+        "pin_memory_device": "",
+        "in_order": False,
+    }
+    assert set(given) == settings
+    loader = DataLoader(list(range(10)), batch_size=4, **given)
+    again = rebatched(loader, [[0, 1], [2, 3, 4]])
+    for name in settings - {"multiprocessing_context"}:
+        assert getattr(again, name) == getattr(loader, name), name
+    assert again.multiprocessing_context is loader.multiprocessing_context
+    assert list(again.batch_sampler) == [[0, 1], [2, 3, 4]] and again.dataset is loader.dataset

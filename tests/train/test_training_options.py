@@ -1,10 +1,14 @@
 """train.py's training options beyond the defaults: layer-wise learning-rate decay, label smoothing and the
 label-token embeddings' own rate and weight decay. The options removed in 0.3: tests/train/test_removed_options.py."""
 
+import json
+
 import pytest
 import torch
 from helpers import (
+    FAST,
     MULTITASK_TASKS,
+    leftovers,
     multi_label_rows,
     random_batch,
     tiny_model,
@@ -20,7 +24,8 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from pooled_models.errors import UsageError
 from pooled_models.modeling.losses import classification_loss
-from pooled_models.train.cli import PooledTrainingArguments, _parser, parse_arguments
+from pooled_models.train.arguments import PooledTrainingArguments, parse_arguments, parser
+from pooled_models.train.cli import run
 from pooled_models.train.options import head_parameters
 from pooled_models.train.options.layerwise_decay import layerwise_learning_rates
 from pooled_models.train.trainer import PooledTrainer, check_training_options
@@ -334,7 +339,7 @@ def test_label_smoothing_outside_its_range_is_refused(value):
 
 
 def test_help_says_what_label_smoothing_does_for_each_kind_of_head():
-    text = " ".join(_parser().format_help().split())
+    text = " ".join(parser().format_help().split())
     assert "--label_smoothing_factor" in text
     assert "multi-label runs train their multi-label loss on targets y * (1 - epsilon) + epsilon / 2" in text
 
@@ -349,3 +354,17 @@ def test_a_multi_label_train_py_run_is_smoothed_not_left_unsmoothed(
     smoothed = train(tiny_backbone_path, tmp_path / "smoothed", *flags, "--label_smoothing_factor", "0.1")
     assert smoothed.metrics["train_loss"] != pytest.approx(plain.metrics["train_loss"])
     assert "| label smoothing | 0.1 |" in (smoothed.output_dir / "README.md").read_text()
+
+
+def test_a_config_setting_of_a_value_its_type_refuses_stops_the_run_by_name(tiny_backbone_path, tmp_path):
+    # the typed config raises huggingface_hub's StrictDataclassError, which is no ValueError: train.py must still
+    # turn it into its one-line usage error, naming the setting and its choices, before anything is written
+    data = write_rows(tmp_path / "train.jsonl", topic_rows(8))
+    config = tmp_path / "run.json"
+    config.write_text(
+        json.dumps({"train_file": str(data), "do_train": True, "label_token_attention": "sideways"})
+    )
+    output_dir = tmp_path / "out"
+    with pytest.raises(UsageError, match=r"(?s)label_token_attention.*'two_way', 'one_way'.*got sideways"):
+        run([str(config), "--model_name_or_path", tiny_backbone_path, "--output_dir", str(output_dir), *FAST])
+    assert leftovers(output_dir) == []

@@ -124,7 +124,8 @@ def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
 
     from pooled_models import PooledConfig
     from pooled_models.modeling.heads import LinearHead
-    from pooled_models.train.publish import CardFacts, render_model_card
+    from pooled_models.train.arguments import DataArguments
+    from pooled_models.train.card import CardData, TaskCard, render_model_card
 
     config = PooledConfig(
         backbone_config=tiny_backbone_config("bert"),
@@ -133,22 +134,27 @@ def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
         id2label={0: "anger", 1: "joy", 2: "fear"},
         problem_type="multi_label_classification",
     )
-    facts = CardFacts(
+    data = DataArguments(
+        dataset_name="google-research-datasets/go_emotions", dataset_config_name="simplified"
+    )
+    task = TaskCard(
+        name="sequence",
+        kind="sequence",
+        config=config,
+        head_class=LinearHead,
+        data=data,
+        splits=[{"name": "train", "rows": 10, "truncated": 1, "source": data.dataset_name}],
+        max_seq_length=128,
+    )
+    facts = CardData(
         model_name="emotions",
         repo_id="someone/emotions",
         base_model="FacebookAI/roberta-base",
         base_model_on_hub=True,
-        config=config,
-        head_class=LinearHead,
-        data_description="From the Hub dataset go_emotions.",
-        dataset_name="google-research-datasets/go_emotions",
-        dataset_config="simplified",
-        data_format="google-research-datasets/go_emotions",
-        split_sources={"validation": "google-research-datasets/go_emotions (simplified)"},
-        splits=[{"name": "train", "rows": 10, "truncated": 1}],
-        max_seq_length=128,
+        publishes="sequence",
+        tasks=[task],
         training_settings={"seed": 3},
-        evaluation={"validation": {"f1_micro": 0.61234, "f1_macro": float("nan")}},
+        metrics={"eval_f1_micro": 0.61234, "eval_f1_macro": float("nan")},
         example_text="I'm so happy for you!",
     )
     path = tmp_path / "README.md"
@@ -176,22 +182,16 @@ def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
     assert "| `gem_p` | `3.0` |" in card.text and "| validation | n/a | 0.6123 |" in card.text
 
 
-def test_multi_label_runs_default_to_the_asymmetric_loss_and_others_keep_theirs():
-    from types import SimpleNamespace
+def test_multi_label_heads_default_to_the_asymmetric_loss_and_others_keep_theirs():
+    from pooled_models.train.plan import MULTI_LABEL_DEFAULT_LOSS, default_multi_label_loss
 
-    from pooled_models import PooledConfig
-    from pooled_models.train.data.sequence import Labels
-    from pooled_models.train.model import resolve_multi_label_loss
+    def resolved(problem_type, given=None):
+        settings = {} if given is None else {"multi_label_loss": given}
+        default_multi_label_loss(settings, problem_type)
+        return settings.get("multi_label_loss")
 
-    def resolved(problem_type, given=None, saved=None):
-        args = SimpleNamespace(multi_label_loss=given)
-        resolve_multi_label_loss(args, Labels(problem_type=problem_type, names=["a", "b"]), saved)
-        return args.multi_label_loss
-
-    assert resolved("multi_label_classification") == "asymmetric"
+    assert resolved("multi_label_classification") == MULTI_LABEL_DEFAULT_LOSS == "asymmetric"
     assert resolved("multi_label_classification", given="bce") == "bce"
-    # single-label: PooledConfig's own default, which pooled_config_kwargs leaves out (the setting does not apply)
-    assert resolved("single_label_classification") == PooledConfig().multi_label_loss == "bce"
-    # continuing from a saved model keeps its loss, so its settings do not change
-    saved = PooledConfig(num_labels=2, problem_type="multi_label_classification", multi_label_loss="focal")
-    assert resolved("multi_label_classification", saved=saved) == "focal"
+    # single-label: left out, so the head keeps PooledConfig's own default (the setting does not apply)
+    assert resolved("single_label_classification") is None
+    # (a run that continues a saved model keeps its loss: the plan leaves a saved model's settings alone)

@@ -1,86 +1,85 @@
-"""The data of a run, task by task: a task spec (what the command line or a config file's ``tasks`` says) ->
-its splits read and checked, and its label space (sequence.py for sequence tasks, token.py for token tasks; batching.py
-makes batches of them)."""
+"""The data of a run, task by task: a task spec -> its splits read and checked, its label space, and its splits
+tokenized (sequence.py for sequence tasks, token.py for token tasks; batching.py and multitask.py make batches of
+them)."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ...errors import DataError, UsageError
-from ...modeling.configuration_multitask import TOKEN
-from ...modeling.configuration_pooled import PooledConfig
-from .sequence import Labels, Split, prepare_splits
-from .token import TokenLabels, prepare_token_splits
+from ...errors import DataError
+from ...modeling.configuration_multitask import TOKEN, PooledMultiTaskConfig
+from .multitask import with_task_name
+from .sequence import Labels, Split, prepare_splits, tokenize
+from .token import TokenLabels, prepare_token_splits, tokenize_words
 
-__all__ = ["TaskSpec", "TaskData", "prepare_task"]
+if TYPE_CHECKING:  # an annotation only
+    from ..tasks import TaskSpec
 
-
-@dataclass
-class TaskSpec:
-    name: str
-    kind: str
-    data: Any  # the task's data settings (cli.DataArguments), as a single run's
-    model: dict[str, Any] = field(default_factory=dict)  # PooledConfig settings of its head
-    loss_weight: float = 1.0
-    head_learning_rate: float | None = None
-    start_epoch: int = 0
-    freeze_head: bool = False
-
-
-logger = logging.getLogger("pooled_models.train")
+__all__ = ["TaskData", "read_task", "tokenize_task", "saved_labels"]
 
 
 @dataclass
 class TaskData:
-    """One task of the run: its settings, its checked splits and its label space."""
+    """One task of the run: its settings, its checked splits and its label space; ``max_length`` once tokenized."""
 
     spec: TaskSpec
     splits: dict[str, Split]
     labels: Labels | TokenLabels
     columns: tuple[str, str] | None = None  # a token task's (words, tags) columns
     max_length: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    encoded: dict[str, object] = field(default_factory=dict)  # split -> the rows the Trainer reads
 
     @property
     def kind(self) -> str:
         return self.spec.kind
 
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
-def prepare_task(spec: TaskSpec, roles: list[str], saved, single: bool, cache_dir) -> TaskData:
-    saved_labels = _saved_labels(spec, saved, single)
+    @property
+    def problem_type(self) -> str:
+        return "token" if self.kind == TOKEN else self.labels.problem_type
+
+
+def saved_labels(spec: TaskSpec, saved) -> Labels | TokenLabels | None:
+    """The label space of the model the run starts from, for this task (None when it starts from a backbone). The
+    plan has checked that the saved model has this task, of this kind."""
+    if saved is None:
+        return None
+    config = saved.task_config(spec.name) if isinstance(saved, PooledMultiTaskConfig) else saved
+    if spec.kind == TOKEN:
+        return TokenLabels.from_config(config.id2label)
+    return Labels.from_config(config, spec.data.problem_type)
+
+
+def read_task(spec: TaskSpec, roles: list[str], saved, cache_dir: str | None, alone: bool) -> TaskData:
+    """The task's ``roles`` splits read and checked, with its label space (from training, or ``saved``'s). The errors
+    of a task among several name it."""
+    labels = saved_labels(spec, saved)
     try:
         if spec.kind == TOKEN:
-            splits, labels, columns = prepare_token_splits(
-                spec.data, roles, saved_labels, cache_dir=cache_dir
-            )
+            splits, labels, columns = prepare_token_splits(spec.data, roles, labels, cache_dir=cache_dir)
             return TaskData(spec, splits, labels, columns)
-        splits, labels = prepare_splits(spec.data, roles, saved_labels, cache_dir=cache_dir)
+        splits, labels = prepare_splits(spec.data, roles, labels, cache_dir=cache_dir)
         return TaskData(spec, splits, labels)
     except DataError as error:
-        if single:
+        if alone:
             raise
         raise DataError(f"task {spec.name!r}: {error}") from error
 
 
-def _saved_labels(spec: TaskSpec, saved, single: bool):
-    """The label space of the model the run starts from, for this task (None when it starts from a backbone)."""
-    if saved is None:
-        return None
-    if isinstance(saved, PooledConfig):  # a token classifier saved by a token-classification run
-        if not single:
-            raise UsageError(
-                "A multi-task run starts from a backbone or from a multi-task model saved by train.py; this model is a "
-                "single-task one. Start from its backbone."
+def tokenize_task(task: TaskData, tokenizer, max_length: int, named: bool) -> None:
+    """Tokenize every split of ``task`` (at most ``max_length`` tokens), into ``task.encoded``; ``named``: each row
+    also names its task (what a multi-task model's batches need)."""
+    task.max_length = max_length
+    data = task.spec.data
+    for name, split in task.splits.items():
+        if task.kind == TOKEN:
+            tokenize_words(
+                split, tokenizer, task.columns[0], task.labels, max_length, data.label_all_subtokens
             )
-        return TokenLabels.from_config(saved.id2label)
-    if spec.name not in saved.tasks or saved.kind(spec.name) != spec.kind:
-        raise UsageError(
-            f"The multi-task model has no {spec.kind} task {spec.name!r}; its tasks are: "
-            f"{', '.join(f'{name} ({saved.kind(name)})' for name in saved.tasks)}."
-        )
-    config = saved.task_config(spec.name)
-    if spec.kind == TOKEN:
-        return TokenLabels.from_config(config.id2label)
-    return Labels.from_config(config)
+        else:
+            tokenize(split, tokenizer, data.text_column, data.text_pair_column, max_length)
+        task.encoded[name] = with_task_name(split.encoded, task.name) if named else split.encoded

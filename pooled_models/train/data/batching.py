@@ -1,26 +1,19 @@
 """How rows become batches: length-grouped training batches and length-sorted evaluation batches (little
-padding), the fingerprint that lets tokenized datasets be cached, and for runs of tasks the task rows, the
-task-homogeneous batch sampler (proportional, temperature, round robin, curriculum) and the collator."""
+padding), putting sorted outputs back in input order, and the fingerprint that lets tokenized datasets be cached.
+Several tasks' batches: multitask.py."""
 
 from __future__ import annotations
 
-import copy
 import inspect
-import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from datasets import Dataset
 from datasets.fingerprint import Hasher
-from torch.utils.data import Dataset as TorchDataset
 from torch.utils.data import Sampler
-from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
-
-from ...modeling.configuration_multitask import TOKEN
 
 __all__ = [
     "token_lengths",
@@ -30,14 +23,6 @@ __all__ = [
     "length_grouped_batches",
     "restore_input_order",
     "tokenizing_fingerprint",
-    "SAMPLING_STRATEGIES",
-    "TaskBatchSampler",
-    "task_shares",
-    "describe_counts",
-    "TASK_KEY",
-    "TaskRows",
-    "MultiTaskRows",
-    "MultiTaskCollator",
 ]
 
 # Rows are sorted by length within groups of this many batches.
@@ -190,240 +175,3 @@ def tokenizing_fingerprint(dataset: Dataset, function: Callable, tokenizer) -> s
             closure,
         ]
     )
-
-
-SAMPLING_STRATEGIES = ("proportional", "temperature", "round_robin")
-
-
-def task_shares(weights: dict[str, float], total: int, minimum: int = 1) -> dict[str, int]:
-    """``total`` split among the tasks in proportion to ``weights`` (largest remainders; ties in task order); a task
-    whose share rounds below ``minimum`` gets it from the largest share, when there are enough to go round."""
-    names = list(weights)
-    if not names:
-        return {}
-    whole = sum(weights.values())
-    exact = {name: total * weights[name] / whole for name in names}
-    shares = {name: math.floor(exact[name]) for name in names}
-    by_fraction = sorted(names, key=lambda name: (-(exact[name] - shares[name]), names.index(name)))
-    for name in by_fraction[: total - sum(shares.values())]:
-        shares[name] += 1
-    if total >= minimum * len(names):
-        for name in names:
-            while shares[name] < minimum:
-                largest = max(names, key=lambda other: shares[other])
-                shares[largest] -= 1
-                shares[name] += 1
-    return shares
-
-
-class TaskBatchSampler:
-    """A batch sampler (for ``DataLoader(batch_sampler=...)``) over the concatenation of several tasks' rows.
-
-    Args:
-        task_sizes: task name -> number of rows, in the order their rows are concatenated.
-        batch_size: rows per batch (a task's last batch of a pass may be smaller).
-        strategy: one of ``SAMPLING_STRATEGIES``.
-        alpha: the exponent of ``temperature`` sampling.
-        start_epochs: task -> the first epoch (from 0) it is sampled in; 0 when not given.
-        seed: the seed of the orders.
-        group: batches of the same task in a row (the number of processes).
-        lengths: task -> each row's token count; batches of rows of similar length when given.
-    """
-
-    def __init__(
-        self,
-        task_sizes: dict[str, int],
-        batch_size: int,
-        strategy: str = "proportional",
-        alpha: float = 0.5,
-        start_epochs: dict[str, int] | None = None,
-        seed: int = 0,
-        group: int = 1,
-        lengths: dict[str, Sequence[int]] | None = None,
-    ):
-        if strategy not in SAMPLING_STRATEGIES:
-            raise ValueError(
-                f"Unknown task_sampling {strategy!r}. Valid choices: {', '.join(SAMPLING_STRATEGIES)}."
-            )
-        if not task_sizes or any(size < 1 for size in task_sizes.values()):
-            raise ValueError(f"Every task needs at least one training row, got {task_sizes}.")
-        self.task_sizes = dict(task_sizes)
-        # Not named batch_size: Accelerate's sharding takes a batch sampler with a batch_size to yield full batches
-        # only, and a task's last batch of a pass may be smaller.
-        self.rows_per_batch = batch_size
-        self.strategy = strategy
-        self.alpha = alpha
-        self.start_epochs = {name: (start_epochs or {}).get(name, 0) for name in task_sizes}
-        if all(start > 0 for start in self.start_epochs.values()):
-            raise ValueError("start_epoch: at least one task must start in the first epoch (start_epoch 0).")
-        self.seed = seed
-        self.group = group
-        self.lengths = {name: list(values) for name, values in (lengths or {}).items()}
-        for name, values in self.lengths.items():
-            if len(values) != self.task_sizes.get(name, -1):
-                raise ValueError(
-                    f"lengths[{name!r}] has {len(values)} entries for the task's {self.task_sizes.get(name)} rows."
-                )
-        self.epoch = 0
-        offsets, offset = {}, 0
-        for name, size in self.task_sizes.items():
-            offsets[name] = offset
-            offset += size
-        self.offsets = offsets
-        self.batches_per_pass = {name: math.ceil(size / batch_size) for name, size in self.task_sizes.items()}
-        self.steps = math.ceil(sum(self.batches_per_pass.values()) / group)  # groups of batches per epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.steps * self.group
-
-    def active_tasks(self, epoch: int) -> list[str]:
-        return [name for name in self.task_sizes if self.start_epochs[name] <= epoch]
-
-    def counts(self, epoch: int) -> dict[str, int]:
-        """Batches per task in ``epoch`` (0 for the tasks that have not started)."""
-        active = self.active_tasks(epoch)
-        if self.strategy == "round_robin":
-            weights = {name: 1.0 for name in active}
-        elif self.strategy == "temperature":
-            weights = {name: float(self.task_sizes[name]) ** self.alpha for name in active}
-        else:
-            weights = {name: float(self.batches_per_pass[name]) for name in active}
-        steps = task_shares(weights, self.steps)
-        return {name: steps.get(name, 0) * self.group for name in self.task_sizes}
-
-    def plan(self, epoch: int) -> list[str]:
-        """The task of each batch of ``epoch``, in order."""
-        counts = {name: count // self.group for name, count in self.counts(epoch).items() if count}
-        if self.strategy == "round_robin":
-            order = _round_robin(counts)
-        else:
-            order = [name for name, count in counts.items() for _ in range(count)]
-            random.Random(f"{self.seed}-order-{epoch}").shuffle(order)
-        return [name for name in order for _ in range(self.group)]
-
-    def batches(self, epoch: int) -> list[list[int]]:
-        """The rows (indices into the concatenated tasks) of each batch of ``epoch``."""
-        plan = self.plan(epoch)
-        streams = {name: self._stream(name, epoch) for name in set(plan)}
-        return [next(streams[name]) for name in plan]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        yield from self.batches(self.epoch)
-
-    def _stream(self, task: str, epoch: int) -> Iterator[list[int]]:
-        """The task's batches in ``epoch``: passes over its rows, each in a fresh order, cut into batches (a pass's
-        last batch may be smaller), for as long as the epoch asks."""
-        size, offset = self.task_sizes[task], self.offsets[task]
-        lengths = self.lengths.get(task)
-        passes = 0
-        while True:
-            rows = list(range(size))
-            random.Random(f"{self.seed}-{task}-{epoch}-{passes}").shuffle(rows)
-            if lengths is not None:
-                rng = random.Random(f"{self.seed}-{task}-{epoch}-{passes}-batches")
-                batches = length_grouped_batches(rows, lengths, self.rows_per_batch, rng)
-            else:
-                batches = [
-                    rows[start : start + self.rows_per_batch] for start in range(0, size, self.rows_per_batch)
-                ]
-            for batch in batches:
-                yield [offset + row for row in batch]
-            passes += 1
-
-
-def _round_robin(counts: dict[str, int]) -> list[str]:
-    """Tasks in turn, in task order, until each has had its count."""
-    left = dict(counts)
-    order: list[str] = []
-    while any(left.values()):
-        for name in counts:
-            if left[name]:
-                order.append(name)
-                left[name] -= 1
-    return order
-
-
-def describe_counts(sampler: TaskBatchSampler, epochs: Sequence[int]) -> str:
-    """``team 20, entities 5`` per epoch, for the log."""
-    lines = []
-    for epoch in epochs:
-        counts = sampler.counts(epoch)
-        lines.append(f"epoch {epoch}: " + ", ".join(f"{name} {count}" for name, count in counts.items()))
-    return "; ".join(lines)
-
-
-# The key of the task's name in a row and in a batch; the model's forward takes it (model(**batch)).
-TASK_KEY = "task"
-
-
-class TaskRows(TorchDataset):
-    """One task's encoded rows, each with the task's name."""
-
-    def __init__(self, task: str, rows):
-        self.task = task
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        return {**self.rows[index], TASK_KEY: self.task}
-
-
-class MultiTaskRows(TorchDataset):
-    """Every task's encoded rows, one after the other (in task order): what the task sampler's indices point into."""
-
-    def __init__(self, tasks: dict[str, Any]):
-        self.parts = [TaskRows(task, rows) for task, rows in tasks.items()]
-        self.sizes = {part.task: len(part) for part in self.parts}
-        self.starts = []
-        start = 0
-        for part in self.parts:
-            self.starts.append(start)
-            start += len(part)
-        self.total = start
-
-    def __len__(self) -> int:
-        return self.total
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        for part, start in zip(reversed(self.parts), reversed(self.starts), strict=True):
-            if index >= start:
-                return part[index - start]
-        raise IndexError(index)
-
-
-def _padding_on_the_right(tokenizer):
-    if getattr(tokenizer, "padding_side", "right") == "right":
-        return tokenizer
-    tokenizer = copy.deepcopy(tokenizer)
-    tokenizer.padding_side = "right"
-    return tokenizer
-
-
-class MultiTaskCollator:
-    """Pads a batch of one task's rows: as ``DataCollatorWithPadding`` for a sequence task, as
-    ``DataCollatorForTokenClassification`` (labels padded with -100) for a token task; the batch keeps the task's
-    name under ``task``."""
-
-    def __init__(self, tokenizer, kinds: dict[str, str]):
-        self.kinds = dict(kinds)
-        self.sequence = DataCollatorWithPadding(tokenizer)
-        # Token batches are padded on the right whatever the tokenizer says (the model gives the same logits either
-        # way), so that a row's predictions start at position 0 when they are read back per word.
-        self.token = DataCollatorForTokenClassification(_padding_on_the_right(tokenizer))
-
-    def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        tasks = {feature.get(TASK_KEY) for feature in features}
-        if len(tasks) != 1 or None in tasks:
-            raise ValueError(
-                f"A batch holds rows of one task (the task sampler draws them so); this one mixes {sorted(map(str, tasks))}."
-            )
-        task = tasks.pop()
-        rows = [{key: value for key, value in feature.items() if key != TASK_KEY} for feature in features]
-        batch = (self.token if self.kinds[task] == TOKEN else self.sequence)(rows)
-        batch[TASK_KEY] = task
-        return batch

@@ -1,5 +1,5 @@
-"""Token-classification data: CoNLL and word/tag columns, the tag set, tags aligned to sub-tokens, and word-level
-predictions back from token logits."""
+"""Token-classification data: CoNLL and word/tag columns, the tag set, tags aligned to sub-tokens, and back from
+token logits: each word's predicted tag, and the entities a tagged text holds (BIO decoding)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from datasets import Dataset, Features, Sequence, Value
 
 from ...errors import DataError, UsageError, where
 from .batching import tokenizing_fingerprint
-from .sequence import Split, _read_file, limit_rows, load_splits
+from .files import Split, limit_rows, load_splits, read_file
 
 __all__ = [
     "CONLL_SUFFIXES",
@@ -24,6 +25,8 @@ __all__ = [
     "token_columns",
     "first_subtoken_positions",
     "word_predictions",
+    "entity_spans",
+    "entities_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -91,7 +94,7 @@ def load_token_splits(data_args, wanted: list[str], cache_dir: str | None = None
         if not files[name]:
             raise DataError(f"No {name} data: set {name}_file (or dataset_name for a Hub dataset).")
         path = Path(files[name])
-        dataset = read_conll(path) if path.suffix.lower() in CONLL_SUFFIXES else _read_file(path, cache_dir)
+        dataset = read_conll(path) if path.suffix.lower() in CONLL_SUFFIXES else read_file(path, cache_dir)
         splits[name] = Split(name, f"{name} file {files[name]}", dataset)
     return splits
 
@@ -339,3 +342,44 @@ def word_predictions(
         names[int(predicted[positions[index]])] if index in positions else OUTSIDE
         for index in range(len(words))
     ]
+
+
+def entity_spans(tags: list[str]) -> list[tuple[str, int, int]]:
+    """``(type, first word, last word)`` of the entities in a row of word tags: ``B-X`` opens an entity, and so does an
+    ``I-X`` that follows no open ``X`` entity (IOB1); ``I-X`` continues the open ``X`` entity; ``O`` (or any tag that
+    names no entity) closes it, so B-PER, O, I-PER are two entities."""
+    spans: list[list[Any]] = []
+    open_span: list[Any] | None = None
+    for index, tag in enumerate(tags):
+        kind = tag[2:] if tag[:2] in ("B-", "I-") else None
+        if kind is None:
+            open_span = None
+            continue
+        if tag.startswith("I-") and open_span is not None and open_span[0] == kind:
+            open_span[2] = index
+            continue
+        open_span = [kind, index, index]
+        spans.append(open_span)
+    return [(kind, first, last) for kind, first, last in spans]
+
+
+def entities_of(text: str, tokenizer, token_logits, id2label: dict[int, str]) -> list[tuple[str, str, float]]:
+    """``(type, text, score)`` of the entities in ``text``: each word tagged by its first sub-token, the entities read
+    from the tags as :func:`entity_spans` reads them, the score the mean of the entity's words' probabilities."""
+    encoding = tokenizer(text, return_offsets_mapping=True, truncation=True)
+    logits = np.asarray(token_logits, dtype=np.float64)
+    scores = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    scores = scores / scores.sum(axis=-1, keepdims=True)
+    words: dict[int, list[int]] = {}
+    for position, word in enumerate(encoding.word_ids()):
+        if word is not None:
+            words.setdefault(word, []).append(position)
+    positions = list(words.values())
+    tags = [id2label[int(scores[first].argmax())] for first, *_ in positions]
+    offsets = encoding["offset_mapping"]
+    found = []
+    for kind, first, last in entity_spans(tags):
+        start, end = offsets[positions[first][0]][0], offsets[positions[last][-1]][1]
+        word_scores = [float(scores[positions[word][0]].max()) for word in range(first, last + 1)]
+        found.append((kind, text[start:end], float(np.mean(word_scores))))
+    return found

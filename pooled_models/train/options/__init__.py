@@ -21,6 +21,7 @@ from ...modeling.modeling_pooled import PooledPreTrainedModel
 __all__ = [
     "backbone_of",
     "head_parameters",
+    "task_head_parameters",
     "label_embedding_parameters",
     "given_label_embedding_options",
     "check_label_embedding_options",
@@ -164,6 +165,14 @@ def head_parameters(model) -> set[int]:
         return {id(parameter) for parameter in model.head_parameters()}
     new = set(getattr(model, "newly_initialized_parameters", ()))
     return {id(parameter) for name, parameter in model.named_parameters() if name in new}
+
+
+def task_head_parameters(model, task: str) -> set[int]:
+    """ids of the parameters of one task's head: that task's pooler and head in a multi-task model, the whole head of
+    a single-task one (or of the sweep's vanilla model)."""
+    if hasattr(model, "task_configs"):
+        return {id(parameter) for parameter in model.head_parameters(task)}
+    return head_parameters(model)
 
 
 def label_embedding_parameters(model) -> set[int]:

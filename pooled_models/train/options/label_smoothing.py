@@ -20,7 +20,7 @@ from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ...modeling.targets import IGNORE_INDEX, as_label_tensor
 from . import TrainingOption, register_option, require_number
 
-# The batch key naming its task: PooledForMultiTask.forward's argument (data/batching.TASK_KEY, one layer up).
+# The batch key naming its task: PooledForMultiTask.forward's argument (data/multitask.TASK_KEY, a layer up).
 TASK_KEY = "task"
 
 logger = logging.getLogger("pooled_models.train")

@@ -232,7 +232,8 @@ class ThresholdPlan:
 
     tuning: str  # "global", "per_label" or "none"
     average: str  # the F1 that tuning maximises: "micro" or "macro"
-    origin: str  # where config.json's threshold comes from: "tuned", "given", "saved" or "default"
+    # where config.json's threshold comes from: "tuned", "given", "saved", "default" or "asymmetric default"
+    origin: str
 
     @property
     def tunes(self) -> bool:
@@ -247,6 +248,8 @@ class ThresholdPlan:
             "given": "set with `--decision_threshold`",
             "saved": "kept from the model this run started from",
             "default": "the default (no threshold was set or tuned)",
+            "asymmetric default": "train.py's default for the asymmetric loss without validation data (none was set "
+            "or tuned)",
         }[self.origin]
 
 

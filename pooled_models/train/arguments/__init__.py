@@ -24,6 +24,8 @@ from .parsing import (
 )
 from .training import (
     HEAD_LEARNING_RATE,
+    MAX_DEFAULT_EPOCHS,
+    MIN_TRAIN_STEPS,
     NUM_TRAIN_EPOCHS,
     SAMPLING_STRATEGIES,
     THRESHOLD_TUNING,
@@ -52,6 +54,8 @@ __all__ = [
     "read_config_file",
     "HEAD_LEARNING_RATE",
     "NUM_TRAIN_EPOCHS",
+    "MIN_TRAIN_STEPS",
+    "MAX_DEFAULT_EPOCHS",
     "SAMPLING_STRATEGIES",
     "THRESHOLD_TUNING",
     "TRAIN_BATCH_SIZE",

@@ -288,7 +288,10 @@ def chosen_model_settings(model_args: ModelArguments) -> dict[str, Any]:
     chosen = {}
     for config_field in pooled_config_fields():
         value = getattr(model_args, config_field.name)
-        if value is None and config_field.name in TRAIN_PY_DEFAULTS:
+        if config_field.name in TRAIN_PY_DEFAULTS:
+            # given, it is chosen even where it equals PooledConfig's default (--multi_label_loss bce)
+            if value is not None:
+                chosen[config_field.name] = value
             continue
         if value != config_default(config_field):
             chosen[config_field.name] = value

@@ -1,0 +1,143 @@
+"""train.py's defaults for few examples per label (bench/labels.py measured them; docs/label-text.md, "Defaults"):
+more epochs on a small training set, and a decision threshold of 0.7 for an asymmetric-loss head that nothing tunes."""
+
+import json
+import types
+
+import pytest
+from helpers import FAST, multi_label_rows, topic_rows, write_rows
+
+import pooled_models.train.pipeline as pipeline
+from pooled_models.train.arguments import MAX_DEFAULT_EPOCHS, MIN_TRAIN_STEPS, NUM_TRAIN_EPOCHS
+from pooled_models.train.cli import run
+from pooled_models.train.plan import ASYMMETRIC_UNTUNED_THRESHOLD, default_epochs
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _without(flags: list[str], name: str) -> list[str]:
+    at = flags.index(name)
+    return flags[:at] + flags[at + 2 :]
+
+
+# the tests' fast settings without their --num_train_epochs, so that train.py's default applies
+NO_EPOCHS = _without(FAST, "--num_train_epochs")
+
+
+def run_without_epochs(backbone, tmp_path, rows, *flags):
+    data = write_rows(tmp_path / "train.jsonl", rows)
+    seen = {}
+    make_plan = pipeline.make_plan
+
+    def plan_and_remember(*args, **kwargs):
+        seen["plan"] = make_plan(*args, **kwargs)
+        return seen["plan"]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "make_plan", plan_and_remember)
+        result = run(
+            ["--model_name_or_path", backbone, "--output_dir", str(tmp_path / "out"), *NO_EPOCHS]
+            + ["--train_file", str(data), "--do_train", *flags]
+        )
+    return seen["plan"], result.output_dir
+
+
+def test_the_fast_settings_without_epochs_keep_the_rest():
+    assert "--num_train_epochs" not in NO_EPOCHS and len(NO_EPOCHS) == len(FAST) - 2
+
+
+def test_a_small_training_set_trains_for_enough_steps(tiny_backbone_path, tmp_path):
+    plan, folder = run_without_epochs(tiny_backbone_path, tmp_path, topic_rows(40))
+    # 40 rows in batches of 16: 3 steps an epoch; 250 steps would take 84 epochs, capped at 32
+    assert plan.trainer_args.num_train_epochs == MAX_DEFAULT_EPOCHS == 32
+    results = json.loads((folder / "all_results.json").read_text())
+    assert results["epoch"] == pytest.approx(MAX_DEFAULT_EPOCHS)
+
+
+def test_chosen_epochs_and_steps_are_kept(tiny_backbone_path, tmp_path):
+    plan, _ = run_without_epochs(
+        tiny_backbone_path, tmp_path / "a", topic_rows(40), "--num_train_epochs", "2"
+    )
+    assert plan.trainer_args.num_train_epochs == 2
+    plan, _ = run_without_epochs(tiny_backbone_path, tmp_path / "b", topic_rows(40), "--max_steps", "5")
+    assert plan.trainer_args.num_train_epochs == NUM_TRAIN_EPOCHS and plan.trainer_args.max_steps == 5
+
+
+def _args(**changes):
+    settings = dict(
+        epochs_chosen=False,
+        max_steps=-1,
+        do_train=True,
+        per_device_train_batch_size=16,
+        world_size=1,
+        gradient_accumulation_steps=1,
+    )
+    return types.SimpleNamespace(**{**settings, **changes})
+
+
+def _tasks(*sizes):
+    return {
+        f"task{index}": types.SimpleNamespace(splits={"train": types.SimpleNamespace(dataset=range(size))})
+        for index, size in enumerate(sizes)
+    }
+
+
+@pytest.mark.parametrize(
+    ("rows", "epochs"),
+    [
+        (171, 23),  # bench/labels.py, debtags with 8 examples per label: 11 steps an epoch
+        (224, 18),  # fortunes with 8 examples per label: 14 steps an epoch
+        (608, 7),  # debtags with 32 examples per label
+        (1008, None),  # fortunes' full training split: 4 epochs already make 252 steps
+        (1500, None),  # debtags' full training split
+    ],
+)
+def test_default_epochs_by_training_rows(rows, epochs):
+    assert default_epochs(_args(), _tasks(rows)) == epochs
+    if epochs is not None:
+        assert epochs * -(-rows // 16) >= MIN_TRAIN_STEPS > (epochs - 1) * -(-rows // 16)
+
+
+def test_default_epochs_count_every_process_every_accumulation_and_every_task():
+    assert default_epochs(_args(), _tasks(100, 71)) == 23  # one epoch is a pass over every task
+    assert default_epochs(_args(world_size=2), _tasks(342)) == 23  # 32 rows a step
+    assert default_epochs(_args(gradient_accumulation_steps=2), _tasks(342)) == 23
+    assert default_epochs(_args(epochs_chosen=True), _tasks(10)) is None
+    assert default_epochs(_args(max_steps=100), _tasks(10)) is None
+    assert default_epochs(_args(do_train=False), _tasks(10)) is None
+
+
+def test_an_untuned_asymmetric_head_decides_at_0_7(tiny_backbone_path, tmp_path):
+    plan, folder = run_without_epochs(tiny_backbone_path, tmp_path, multi_label_rows(24))
+    config = json.loads((folder / "config.json").read_text())
+    assert config["multi_label_loss"] == "asymmetric"
+    assert config["decision_threshold"] == ASYMMETRIC_UNTUNED_THRESHOLD == 0.7
+    (task,) = plan.tasks.values()
+    assert task.thresholds.origin == "asymmetric default"
+    assert "train.py's default for the asymmetric loss" in (folder / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("flags", "threshold"),
+    [
+        (("--multi_label_loss", "bce"), None),  # a calibrated loss keeps the model's 0.5
+        (("--decision_threshold", "0.4"), 0.4),  # the user's threshold stands
+        (("--validation_split", "train", "--do_eval"), "tuned"),
+    ],
+)
+def test_the_untuned_threshold_only_where_nothing_else_decides(
+    tiny_backbone_path, tmp_path, flags, threshold
+):
+    rows = multi_label_rows(24)
+    if "--validation_split" in flags:
+        flags = ("--validation_file", str(write_rows(tmp_path / "validation.jsonl", rows)), "--do_eval")
+    plan, folder = run_without_epochs(tiny_backbone_path, tmp_path, rows, "--num_train_epochs", "1", *flags)
+    config = json.loads((folder / "config.json").read_text())
+    (task,) = plan.tasks.values()
+    if "--multi_label_loss" in flags:  # given, it is chosen though it equals PooledConfig's default
+        assert config["multi_label_loss"] == "bce"
+    if threshold == "tuned":
+        assert task.thresholds.origin == "tuned"
+    else:
+        assert config.get("decision_threshold") == threshold
+        assert task.thresholds.origin != "asymmetric default"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,8 @@ from ..modeling.label_token_layers import ALL_LAYERS, LAYER_STACKS, ONE_WAY, TWO
 from ..modeling.problem_types import MULTI_LABEL
 from ..thresholds import positive_weights
 from .arguments.model import FROM_TRAINING_DATA
-from .arguments.training import MAX_DEFAULT_EPOCHS, MIN_TRAIN_STEPS, NUM_TRAIN_EPOCHS
 from .evaluation import ThresholdPlan, best_model_metric, plan_thresholds
+from .few_examples import default_epochs, default_pooling, default_untuned_threshold
 from .source import ModelSource
 
 if TYPE_CHECKING:  # annotations only
@@ -169,35 +168,6 @@ def _trainer_args(training_args, tasks: dict[str, TaskData], work_dir: Path, sin
     return dataclasses.replace(training_args, **changes)
 
 
-def default_epochs(training_args, tasks: dict[str, TaskData]) -> float | None:
-    """The number of epochs of a run that chose none, when its training set is small: enough passes for
-    ``MIN_TRAIN_STEPS`` optimisation steps (at most ``MAX_DEFAULT_EPOCHS``); None when the default stands."""
-    if (
-        getattr(training_args, "epochs_chosen", True)
-        or training_args.max_steps > 0
-        or not training_args.do_train
-    ):
-        return None
-    rows = sum(len(task.splits["train"].dataset) for task in tasks.values() if "train" in task.splits)
-    batch = (
-        training_args.per_device_train_batch_size
-        * max(training_args.world_size, 1)
-        * training_args.gradient_accumulation_steps
-    )
-    steps_per_epoch = max(math.ceil(rows / batch), 1)
-    epochs = min(max(NUM_TRAIN_EPOCHS, math.ceil(MIN_TRAIN_STEPS / steps_per_epoch)), MAX_DEFAULT_EPOCHS)
-    if epochs == NUM_TRAIN_EPOCHS:
-        return None
-    logger.info(
-        "%d epochs (train.py's default for %d training rows: at least %d optimisation steps; --num_train_epochs "
-        "sets another).",
-        epochs,
-        rows,
-        MIN_TRAIN_STEPS,
-    )
-    return float(epochs)
-
-
 def _task_plan(task: TaskData, source, training_args, backbone, single: bool) -> TaskPlan:
     settings = dict(task.spec.model)
     if task.kind != SEQUENCE:
@@ -206,6 +176,8 @@ def _task_plan(task: TaskData, source, training_args, backbone, single: bool) ->
     where = "this run's" if single else f"task {task.name!r}'s"
     origin = _pos_weight(settings, task, where, saved)
     if saved is None:
+        if single:
+            default_pooling(settings, task)
         default_multi_label_loss(settings, task.labels.problem_type)
         if leaves_label_token_defaults_unset(settings):
             default_label_token_settings(settings, backbone.config())
@@ -217,29 +189,10 @@ def _task_plan(task: TaskData, source, training_args, backbone, single: bool) ->
         saved=saved is not None and saved.decision_threshold is not None,
         where="" if single else f"task {task.name!r}: ",
     )
-    if saved is None and thresholds is not None and thresholds.origin == "default":
+    untuned = thresholds is not None and thresholds.origin == "default"
+    if saved is None and untuned and training_args.tune_thresholds == "auto":
         thresholds = default_untuned_threshold(settings, thresholds)
     return TaskPlan(task.spec, MappingProxyType(settings), thresholds, origin)
-
-
-# The decision threshold of a new asymmetric-loss head that nobody sets and nothing tunes (no validation data). The loss
-# barely counts a negative the model gives 0.5 (its weight is p ** 4), so 0.5 lets through many false positives: on
-# debtags every threshold tuned on validation data came out between 0.67 and 0.77 (bench/labels.py, full and
-# zero-shot runs), and with 8 examples per label 0.7 instead of 0.5 gains 0.1 micro-F1 (docs/label-text.md, "Defaults").
-ASYMMETRIC_UNTUNED_THRESHOLD = 0.7
-
-
-def default_untuned_threshold(settings: dict, thresholds: ThresholdPlan) -> ThresholdPlan:
-    """A new asymmetric-loss head whose threshold is neither set nor tuned gets ``ASYMMETRIC_UNTUNED_THRESHOLD``."""
-    if settings.get("multi_label_loss") != "asymmetric":
-        return thresholds
-    settings["decision_threshold"] = ASYMMETRIC_UNTUNED_THRESHOLD
-    logger.info(
-        "Decision threshold: %g (train.py's default for the asymmetric loss when nothing tunes it; "
-        "--decision_threshold sets another, validation data lets --tune_thresholds choose it).",
-        ASYMMETRIC_UNTUNED_THRESHOLD,
-    )
-    return dataclasses.replace(thresholds, origin="asymmetric default")
 
 
 def _pos_weight(settings: dict, task: TaskData, where: str, saved) -> str | None:

@@ -10,7 +10,7 @@ from helpers import FAST, multi_label_rows, topic_rows, write_rows
 import pooled_models.train.pipeline as pipeline
 from pooled_models.train.arguments import MAX_DEFAULT_EPOCHS, MIN_TRAIN_STEPS, NUM_TRAIN_EPOCHS
 from pooled_models.train.cli import run
-from pooled_models.train.plan import ASYMMETRIC_UNTUNED_THRESHOLD, default_epochs
+from pooled_models.train.few_examples import ASYMMETRIC_UNTUNED_THRESHOLD, default_epochs, default_pooling
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -47,7 +47,7 @@ def test_the_fast_settings_without_epochs_keep_the_rest():
 
 
 def test_a_small_training_set_trains_for_enough_steps(tiny_backbone_path, tmp_path):
-    plan, folder = run_without_epochs(tiny_backbone_path, tmp_path, topic_rows(40))
+    plan, folder = run_without_epochs(tiny_backbone_path, tmp_path, topic_rows(40), "--pooling", "mean")
     # 40 rows in batches of 16: 3 steps an epoch; 250 steps would take 84 epochs, capped at 32
     assert plan.trainer_args.num_train_epochs == MAX_DEFAULT_EPOCHS == 32
     results = json.loads((folder / "all_results.json").read_text())
@@ -75,36 +75,77 @@ def _args(**changes):
     return types.SimpleNamespace(**{**settings, **changes})
 
 
-def _tasks(*sizes):
+def _tasks(*sizes, labels=28, problem_type="single_label_classification", names=None):
+    label_space = types.SimpleNamespace(
+        num_labels=labels, problem_type=problem_type, names=names or [f"topic {i}" for i in range(labels)]
+    )
     return {
-        f"task{index}": types.SimpleNamespace(splits={"train": types.SimpleNamespace(dataset=range(size))})
+        f"task{index}": types.SimpleNamespace(
+            splits={"train": types.SimpleNamespace(dataset=range(size))}, labels=label_space
+        )
         for index, size in enumerate(sizes)
     }
 
 
 @pytest.mark.parametrize(
-    ("rows", "epochs"),
+    ("rows", "labels", "epochs"),
     [
-        (171, 23),  # bench/labels.py, debtags with 8 examples per label: 11 steps an epoch
-        (224, 18),  # fortunes with 8 examples per label: 14 steps an epoch
-        (608, 7),  # debtags with 32 examples per label
-        (1008, None),  # fortunes' full training split: 4 epochs already make 252 steps
-        (1500, None),  # debtags' full training split
+        (171, 29, 23),  # bench/labels.py, debtags with 8 examples per label: 11 steps an epoch
+        (224, 28, 18),  # fortunes with 8 examples per label: 14 steps an epoch
+        (608, 29, 7),  # debtags with 32 examples per label
+        (896, 28, 5),  # fortunes with 32 examples per label
+        (1008, 28, None),  # fortunes' full training split: 36 rows per label
+        (1500, 29, None),  # debtags' full training split
+        (400, 4, None),  # the README quickstart: 100 rows per label, 25 steps an epoch
     ],
 )
-def test_default_epochs_by_training_rows(rows, epochs):
-    assert default_epochs(_args(), _tasks(rows)) == epochs
+def test_default_epochs_by_rows_per_label(rows, labels, epochs):
+    assert default_epochs(_args(), _tasks(rows, labels=labels)) == epochs
     if epochs is not None:
-        assert epochs * -(-rows // 16) >= MIN_TRAIN_STEPS > (epochs - 1) * -(-rows // 16)
+        steps = -(-rows // 16)
+        assert epochs * steps >= MIN_TRAIN_STEPS > (epochs - 1) * steps
 
 
 def test_default_epochs_count_every_process_every_accumulation_and_every_task():
     assert default_epochs(_args(), _tasks(100, 71)) == 23  # one epoch is a pass over every task
+    assert default_epochs(_args(), _tasks(100, 2000)) is None  # one task has many examples per label
     assert default_epochs(_args(world_size=2), _tasks(342)) == 23  # 32 rows a step
     assert default_epochs(_args(gradient_accumulation_steps=2), _tasks(342)) == 23
     assert default_epochs(_args(epochs_chosen=True), _tasks(10)) is None
     assert default_epochs(_args(max_steps=100), _tasks(10)) is None
     assert default_epochs(_args(do_train=False), _tasks(10)) is None
+
+
+@pytest.mark.parametrize(
+    ("rows", "changes", "pooling"),
+    [
+        (224, {}, "label_text"),  # 8 per label
+        (896, {}, "label_text"),  # 32 per label
+        (1008, {}, None),  # 36 per label: mean pooling stays
+        (224, {"problem_type": "multi_label_classification"}, None),
+        (224, {"names": [str(i) for i in range(28)]}, None),  # labels without words to read
+    ],
+)
+def test_default_pooling_reads_the_labels_of_few_single_label_examples(rows, changes, pooling):
+    (task,) = _tasks(rows, **changes).values()
+    settings = {}
+    default_pooling(settings, task)
+    assert settings.get("pooling") == pooling
+    if pooling:
+        assert settings["label_text_scorer"] == "per_label"
+    chosen = {"pooling": "mean"}
+    default_pooling(chosen, task)
+    assert chosen == {"pooling": "mean"}
+
+
+def test_a_few_example_run_reads_its_labels_unless_told(tiny_backbone_path, tmp_path):
+    plan, folder = run_without_epochs(tiny_backbone_path, tmp_path / "default", topic_rows(40))
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["pooling"], config["label_text_scorer"]) == ("label_text", "per_label")
+    plan, folder = run_without_epochs(
+        tiny_backbone_path, tmp_path / "mean", topic_rows(40), "--pooling", "mean", "--num_train_epochs", "1"
+    )
+    assert json.loads((folder / "config.json").read_text())["pooling"] == "mean"
 
 
 def test_an_untuned_asymmetric_head_decides_at_0_7(tiny_backbone_path, tmp_path):

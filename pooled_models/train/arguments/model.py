@@ -53,9 +53,9 @@ class PoolingChoices:
 FROM_TRAINING_DATA = "auto"
 
 
-# Where train.py's default differs from PooledConfig's (docs/training.md, "Defaults"): the multi-label loss is chosen
-# once the problem type is known (plan.py).
-TRAIN_PY_DEFAULTS: dict[str, Any] = {"multi_label_loss": None}
+# Where train.py's default differs from PooledConfig's (docs/training.md, "Defaults"): the multi-label loss and the
+# pooling are chosen once the problem type and the training set are known (plan.py, few_examples.py).
+TRAIN_PY_DEFAULTS: dict[str, Any] = {"multi_label_loss": None, "pooling": None}
 
 
 def _setting(default: Any, help: str, **metadata: Any) -> Any:
@@ -76,10 +76,12 @@ class ModelArguments:
     tokenizer_name: str | None = _setting(None, "Tokenizer to use, if not the one saved with the backbone.")
     model_revision: str | None = _setting(None, "Branch, tag or commit of a Hub backbone.")
     cache_dir: str | None = _setting(None, "Where downloaded backbones and datasets are cached.")
-    pooling: str = _setting(
-        "mean",
+    pooling: str | None = _setting(
+        None,
         "Name of a registered pooling strategy, e.g. cls, last_token, mean, max, min, mean_max, cls_mean_max, "
-        "mean_sqrt_len, weighted_mean, gem, attention, concat_layers, weighted_layer, lstm, label_tokens, label_text.",
+        "mean_sqrt_len, weighted_mean, gem, attention, concat_layers, weighted_layer, lstm, label_tokens, label_text. "
+        "train.py's default: label_text (per_label scorer) for a new single-label model trained on at most 64 rows "
+        "per label of labels named in words, else mean (measured: docs/label-text.md, Defaults).",
         choices=PoolingChoices(),
     )
     layer_start: int | None = _setting(

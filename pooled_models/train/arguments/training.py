@@ -193,7 +193,8 @@ class PooledTrainingArguments(TrainingArguments):
             "help": "Multi-label: after training, choose the decision threshold that maximises F1 on the validation "
             "split and save it in config.json. 'global': one for every label; 'per_label': one per label; 'none': "
             "keep decision_threshold (0.5 unless set); 'auto': global when a multi-label run trains with validation "
-            "data and decision_threshold is not set, else none."
+            "data and decision_threshold is not set, else none, with 0.7 for a new asymmetric-loss head (0.5 lets "
+            "through many false positives of that loss)."
         },
     )
     threshold_average: Literal["micro", "macro"] = field(

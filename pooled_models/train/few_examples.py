@@ -1,0 +1,112 @@
+"""train.py's defaults for a training set with few examples per label (at most ``FEW_EXAMPLES_PER_LABEL`` rows per
+label: the few-shot settings of bench/labels.py, which measured each; docs/label-text.md, "Defaults"): enough epochs
+for the head to leave its random start and label text in the input for single-label runs; and, for any multi-label run
+that nothing tunes, a decision threshold that suits the asymmetric loss."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from typing import TYPE_CHECKING
+
+from ..modeling.problem_types import SINGLE_LABEL
+from .arguments.training import MAX_DEFAULT_EPOCHS, MIN_TRAIN_STEPS, NUM_TRAIN_EPOCHS
+
+if TYPE_CHECKING:  # annotations only
+    from .data import TaskData
+    from .evaluation import ThresholdPlan
+
+__all__ = [
+    "ASYMMETRIC_UNTUNED_THRESHOLD",
+    "FEW_EXAMPLES_PER_LABEL",
+    "default_epochs",
+    "default_untuned_threshold",
+    "default_pooling",
+]
+
+logger = logging.getLogger("pooled_models.train")
+
+# At most this many training rows per label (rows / labels) count as few examples: bench/labels.py measured the
+# defaults below at 8 and 32 per label (fortunes' full split, 36 per label, and the README quickstart's 100 keep the
+# others).
+FEW_EXAMPLES_PER_LABEL = 32
+# What a single-label run with few examples per label reads its labels as, when it names no pooling: each label's name
+# in the input, scored by the shared similarity plus a term of its own. On fortunes with 8 examples per label it beat
+# mean pooling trained as long (docs/label-text.md, "Defaults"); multi-label runs keep mean pooling, which won on debtags.
+FEW_EXAMPLES_POOLING = {"pooling": "label_text", "label_text_scorer": "per_label"}
+
+
+def rows_per_label(task: TaskData) -> float | None:
+    """The task's training rows per label (rows / labels; None without training data)."""
+    if "train" not in task.splits:
+        return None
+    return len(task.splits["train"].dataset) / max(getattr(task.labels, "num_labels", 1), 1)
+
+
+def has_few_examples(task: TaskData) -> bool:
+    per_label = rows_per_label(task)
+    return per_label is not None and per_label <= FEW_EXAMPLES_PER_LABEL
+
+
+def default_epochs(training_args, tasks: dict[str, TaskData]) -> float | None:
+    """The number of epochs of a run that chose none and has few examples per label in every task: enough passes
+    for ``MIN_TRAIN_STEPS`` optimisation steps (at most ``MAX_DEFAULT_EPOCHS``); None when the default stands."""
+    chosen = getattr(training_args, "epochs_chosen", True) or training_args.max_steps > 0
+    if chosen or not training_args.do_train or not all(has_few_examples(task) for task in tasks.values()):
+        return None
+    rows = sum(len(task.splits["train"].dataset) for task in tasks.values())
+    batch = (
+        training_args.per_device_train_batch_size
+        * max(training_args.world_size, 1)
+        * training_args.gradient_accumulation_steps
+    )
+    steps_per_epoch = max(math.ceil(rows / batch), 1)
+    epochs = min(max(NUM_TRAIN_EPOCHS, math.ceil(MIN_TRAIN_STEPS / steps_per_epoch)), MAX_DEFAULT_EPOCHS)
+    if epochs == NUM_TRAIN_EPOCHS:
+        return None
+    logger.info(
+        "%d epochs (train.py's default for at most %d training rows per label: at least %d optimisation steps; "
+        "--num_train_epochs sets another).",
+        epochs,
+        FEW_EXAMPLES_PER_LABEL,
+        MIN_TRAIN_STEPS,
+    )
+    return float(epochs)
+
+
+# The decision threshold of a new asymmetric-loss head that nobody sets and nothing tunes (no validation data). The loss
+# barely counts a negative the model gives 0.5 (its weight is p ** 4), so 0.5 lets through many false positives: on
+# debtags every threshold tuned on validation data came out between 0.67 and 0.77 (bench/labels.py, full and
+# zero-shot runs), and with 8 examples per label 0.7 instead of 0.5 gains 0.1 micro-F1 (docs/label-text.md, "Defaults").
+ASYMMETRIC_UNTUNED_THRESHOLD = 0.7
+
+
+def default_untuned_threshold(settings: dict, thresholds: ThresholdPlan) -> ThresholdPlan:
+    """A new asymmetric-loss head whose threshold is neither set nor tuned gets ``ASYMMETRIC_UNTUNED_THRESHOLD``."""
+    if settings.get("multi_label_loss") != "asymmetric":
+        return thresholds
+    settings["decision_threshold"] = ASYMMETRIC_UNTUNED_THRESHOLD
+    logger.info(
+        "Decision threshold: %g (train.py's default for the asymmetric loss when nothing tunes it; "
+        "--decision_threshold sets another, validation data lets --tune_thresholds choose it).",
+        ASYMMETRIC_UNTUNED_THRESHOLD,
+    )
+    return dataclasses.replace(thresholds, origin="asymmetric default")
+
+
+def default_pooling(settings: dict, task: TaskData) -> None:
+    """A new single-label head that names no pooling, trained on few examples per label of labels named in words,
+    reads its labels as text (``FEW_EXAMPLES_POOLING``); any other keeps mean pooling."""
+    if settings.get("pooling") is not None:
+        return
+    labels = task.labels
+    named = bool(labels.names) and any(any(char.isalpha() for char in str(name)) for name in labels.names)
+    if labels.problem_type != SINGLE_LABEL or not named or not has_few_examples(task):
+        return
+    settings.update({key: value for key, value in FEW_EXAMPLES_POOLING.items() if settings.get(key) is None})
+    logger.info(
+        "Pooling: label_text with the per_label scorer (train.py's default for a single-label run with at most %d "
+        "training rows per label; --pooling mean for mean pooling).",
+        FEW_EXAMPLES_PER_LABEL,
+    )

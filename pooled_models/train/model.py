@@ -21,7 +21,7 @@ from .options import backbone_of, task_head_parameters
 
 if TYPE_CHECKING:  # annotations only
     from .data import TaskData
-    from .plan import RunPlan
+    from .plan import RunPlan, TaskPlan
 
 __all__ = [
     "MODEL_CLASSES",
@@ -73,7 +73,7 @@ def _saved_model(plan: RunPlan):
     if plan.single:
         (task,) = plan.tasks.values()
         changed = {
-            name: value for name, value in task.spec.model.items() if getattr(source.saved, name) != value
+            name: value for name, value in _requested(task).items() if getattr(source.saved, name) != value
         }
         if changed:
             raise UsageError(
@@ -81,11 +81,12 @@ def _saved_model(plan: RunPlan):
                 f"({', '.join(f'{name}={value!r}' for name, value in changed.items())}). Start from its backbone instead."
             )
     else:
-        changed = [name for name, task in plan.tasks.items() if task.spec.model]
+        changed = [name for name, task in plan.tasks.items() if _requested(task)]
         if changed:
             raise UsageError(
                 f"{source.path} is a trained multi-task model; the head settings of its tasks cannot change (task "
-                f"{changed[0]!r} sets {', '.join(plan.tasks[changed[0]].spec.model)}). Start from its backbone instead."
+                f"{changed[0]!r} sets {', '.join(_requested(plan.tasks[changed[0]]))}). Start from its backbone "
+                "instead."
             )
     return MODEL_CLASSES[plan.publishes].from_pretrained(
         source.path,
@@ -94,6 +95,15 @@ def _saved_model(plan: RunPlan):
         **source.hub_kwargs(),
         **plan.model_settings,
     )
+
+
+def _requested(task: TaskPlan) -> dict[str, Any]:
+    """The head settings a run asks of a saved model: the user's, with the label descriptions as their JSON, file and
+    data column give them (the setting itself may be a path; the column is a data setting)."""
+    requested = dict(task.spec.model)
+    if "label_descriptions" in task.settings:
+        requested["label_descriptions"] = task.settings["label_descriptions"]
+    return requested
 
 
 def _state_problem_types(model, tasks: dict[str, TaskData]) -> None:

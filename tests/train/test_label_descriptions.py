@@ -475,3 +475,26 @@ def test_the_column_needs_the_training_split(described_run, tmp_path):
             "--label_description_column",
             "description",
         )
+
+
+def words(count: int) -> str:
+    """A description of ``count`` tokens: [CLS] (the marker's slot), one per word and [SEP] make ``count`` + 2."""
+    return json.dumps({"sport": " ".join(["word"] * count)})
+
+
+def test_a_description_that_fills_the_backbones_positions_trains(tiny_backbone_path, tmp_path):
+    data = write_rows(tmp_path / "train.jsonl", topic_rows(12))
+    flags = ["--train_file", str(data), "--do_train", *LABEL_TEXT, "--label_descriptions", words(62)]
+    result = train(tiny_backbone_path, tmp_path / "out", *flags)
+    config = json.loads((result.output_dir / "config.json").read_text())
+    assert len(config["label_text_ids"][LABELS.index("sport")]) == 64  # the tiny backbone's 64 positions
+
+
+def test_a_description_longer_than_the_backbone_reads_is_refused_by_label(tiny_backbone_path, tmp_path):
+    message = refused(
+        tiny_backbone_path, tmp_path, topic_rows(12), *LABEL_TEXT, "--label_descriptions", words(63)
+    )
+    assert message == (
+        "Label 'sport' is read as 65 tokens (its description, with the marker and the tokenizer's special tokens), "
+        "more than the 64 the backbone reads in one row; shorten its description."
+    )

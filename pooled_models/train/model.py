@@ -21,13 +21,14 @@ from .options import backbone_of, task_head_parameters
 
 if TYPE_CHECKING:  # annotations only
     from .data import TaskData
-    from .plan import RunPlan
+    from .plan import RunPlan, TaskPlan
 
 __all__ = [
     "MODEL_CLASSES",
     "build_model",
     "load_tokenizer",
     "backbone_max_length",
+    "check_label_text_lengths",
     "choose_max_length",
     "freeze_backbone",
     "freeze_heads",
@@ -64,6 +65,7 @@ def build_model(plan: RunPlan, tasks: dict[str, TaskData], tokenizer):
         what = "model" if source.saved is not None else "backbone"
         raise UsageError(f"Cannot load the {what} {source.path!r}: {error}") from error
     model.config.pad_token_id = tokenizer.pad_token_id
+    check_label_text_lengths(tokenizer, model)
     return model
 
 
@@ -73,7 +75,7 @@ def _saved_model(plan: RunPlan):
     if plan.single:
         (task,) = plan.tasks.values()
         changed = {
-            name: value for name, value in task.spec.model.items() if getattr(source.saved, name) != value
+            name: value for name, value in _requested(task).items() if getattr(source.saved, name) != value
         }
         if changed:
             raise UsageError(
@@ -81,11 +83,12 @@ def _saved_model(plan: RunPlan):
                 f"({', '.join(f'{name}={value!r}' for name, value in changed.items())}). Start from its backbone instead."
             )
     else:
-        changed = [name for name, task in plan.tasks.items() if task.spec.model]
+        changed = [name for name, task in plan.tasks.items() if _requested(task)]
         if changed:
             raise UsageError(
                 f"{source.path} is a trained multi-task model; the head settings of its tasks cannot change (task "
-                f"{changed[0]!r} sets {', '.join(plan.tasks[changed[0]].spec.model)}). Start from its backbone instead."
+                f"{changed[0]!r} sets {', '.join(_requested(plan.tasks[changed[0]]))}). Start from its backbone "
+                "instead."
             )
     return MODEL_CLASSES[plan.publishes].from_pretrained(
         source.path,
@@ -94,6 +97,15 @@ def _saved_model(plan: RunPlan):
         **source.hub_kwargs(),
         **plan.model_settings,
     )
+
+
+def _requested(task: TaskPlan) -> dict[str, Any]:
+    """The head settings a run asks of a saved model: the user's, with the label descriptions as their JSON, file and
+    data column give them (the setting itself may be a path; the column is a data setting)."""
+    requested = dict(task.spec.model)
+    if "label_descriptions" in task.settings:
+        requested["label_descriptions"] = task.settings["label_descriptions"]
+    return requested
 
 
 def _state_problem_types(model, tasks: dict[str, TaskData]) -> None:
@@ -150,6 +162,15 @@ def load_tokenizer(plan: RunPlan):
 def backbone_max_length(tokenizer, model) -> int | None:
     """The longest text the model takes: the backbone's position table (less RoBERTa's padding offset) and the
     tokenizer's limit, less the label tokens a label-token pooling inserts into every input."""
+    limit = _backbone_limit(tokenizer, model)
+    if limit is None:
+        return None
+    # The label-token pooler puts label tokens into each input; the model itself would cut a longer text.
+    return limit - (model.added_tokens if isinstance(model, PooledPreTrainedModel) else 0)
+
+
+def _backbone_limit(tokenizer, model) -> int | None:
+    """The most tokens the backbone reads in one row: its position table's and the tokenizer's limits."""
     limits = []
     backbone = backbone_of(model)
     positions = getattr(backbone.config, "max_position_embeddings", None)
@@ -158,10 +179,25 @@ def backbone_max_length(tokenizer, model) -> int | None:
         limits.append(positions - position_offset(backbone))
     if isinstance(tokenizer.model_max_length, int) and tokenizer.model_max_length < 1_000_000:
         limits.append(tokenizer.model_max_length)  # unset limits are a huge sentinel (VERY_LARGE_INTEGER)
-    if not limits:
-        return None
-    # The label-token pooler puts label tokens into each input; the model itself would cut a longer text.
-    return min(limits) - (model.added_tokens if isinstance(model, PooledPreTrainedModel) else 0)
+    return min(limits) if limits else None
+
+
+def check_label_text_lengths(tokenizer, model) -> None:
+    """Refuse a label-text head whose label (its name or description) is longer than the backbone reads in one row:
+    each label's text runs through the backbone as a row of its own, and a longer one would fail inside it."""
+    configs = model.task_configs.values() if isinstance(model, PooledForMultiTask) else [model.config]
+    for config in configs:
+        if getattr(config, "pooling", None) != "label_text":
+            continue
+        limit = _backbone_limit(tokenizer, model)
+        for index, ids in enumerate(config.label_text_ids or []):
+            if limit is not None and len(ids) > limit:
+                name = config.id2label[index]
+                what = "description" if name in (config.label_descriptions or {}) else "name"
+                raise UsageError(
+                    f"Label {name!r} is read as {len(ids)} tokens (its {what}, with the marker and the tokenizer's "
+                    f"special tokens), more than the {limit} the backbone reads in one row; shorten its {what}."
+                )
 
 
 def choose_max_length(requested: int | None, tokenizer, model) -> int:

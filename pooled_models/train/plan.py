@@ -5,7 +5,8 @@ before a model is built or a folder written, then read-only.
   saved by train.py, whose config is checked first (no code references, safetensors weights only).
 * :class:`TaskPlan`: each task's head settings as the model is built with them (the user's, and train.py's
   data-derived defaults: ``pos_weight auto`` counted on the training split, the multi-label loss, the label-token
-  layers and attention), how its decision thresholds are chosen, and where its positive weights came from.
+  layers and attention; a label-text task's label descriptions as its data and files give them), how its decision
+  thresholds are chosen, and where its positive weights came from.
 * :class:`RunPlan`: the source, the tasks, what the run publishes (a sequence classifier, a token classifier or a
   multi-task model), and the ``TrainingArguments`` the Trainer gets: the user's, staged in the work folder, with the
   best-model metric the tasks call for.
@@ -172,6 +173,8 @@ def _task_plan(task: TaskData, source, training_args, backbone, single: bool) ->
     settings = dict(task.spec.model)
     if task.kind != SEQUENCE:
         return TaskPlan(task.spec, MappingProxyType(settings))
+    if task.descriptions is not None:  # read from the setting's JSON or file and the data column, merged
+        settings["label_descriptions"] = task.descriptions
     saved = source.task_config(task.name)
     where = "this run's" if single else f"task {task.name!r}'s"
     origin = _pos_weight(settings, task, where, saved)

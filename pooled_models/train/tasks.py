@@ -46,6 +46,19 @@ class TaskSpec:
 TRAINING_SETTINGS = {"loss_weight": 1.0, "head_learning_rate": None, "start_epoch": 0, "freeze_head": False}
 
 
+SEQUENCE_ONLY = (
+    "text_column",
+    "text_pair_column",
+    "label_column",
+    "problem_type",
+    "label_separator",
+    "label_description_column",
+)
+
+
+TOKEN_ONLY = ("words_column", "tags_column", "label_all_subtokens")
+
+
 # The data settings a task has of its own; every other data setting is the run's (max_seq_length...).
 TASK_DATA_SETTINGS = (
     "dataset_name",
@@ -56,25 +69,13 @@ TASK_DATA_SETTINGS = (
     "train_file",
     "validation_file",
     "test_file",
-    "text_column",
-    "text_pair_column",
-    "label_column",
-    "problem_type",
-    "label_separator",
-    "words_column",
-    "tags_column",
-    "label_all_subtokens",
+    *SEQUENCE_ONLY,
+    *TOKEN_ONLY,
     "skip_unseen_labels",
     "max_train_samples",
     "max_eval_samples",
     "max_predict_samples",
 )
-
-
-SEQUENCE_ONLY = ("text_column", "text_pair_column", "label_column", "problem_type", "label_separator")
-
-
-TOKEN_ONLY = ("words_column", "tags_column", "label_all_subtokens")
 
 
 HEAD_SETTINGS = (

@@ -45,6 +45,16 @@ class DataArguments:
         default=None, metadata={"help": "A second text column, for sentence-pair tasks (encoded as a pair)."}
     )
     label_column: str = field(default="label", metadata={"help": "The column holding the label."})
+    label_description_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "label_text only. A column of the training file holding, on each row, the description of "
+            "that row's label (multi-label: a list as long as the row's list of labels, item by item); null or empty "
+            "where a row gives none. A label's description must be the same on every row that gives one; labels "
+            "without one are read as their names. Merged with label_descriptions: a label both describe must get "
+            "the same text from each."
+        },
+    )
     problem_type: Literal[
         "auto", "single_label_classification", "multi_label_classification", "regression"
     ] = field(

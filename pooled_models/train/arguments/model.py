@@ -139,8 +139,12 @@ class ModelArguments:
     )
     label_descriptions: JSONValue | None = _setting(
         None,
-        "label_text only. The text a label is read as, by label name, instead of the name itself (a JSON object, "
-        'e.g. \'{"billing": "questions about invoices"}\'); labels not in it are read as their names.',
+        "label_text only. The text a label is read as instead of its name: a JSON object, e.g. "
+        '\'{"billing": "questions about invoices"}\', or the path of a file: .json holding that object, or .csv, .tsv '
+        "or .jsonl with the columns label and description, one row per label. A value that starts with '{' is read "
+        "as JSON, any other as a path, which must exist. Labels it does not describe are read as their names; a "
+        "label the training data does not have is refused. Merged with label_description_column: a label both "
+        "describe must get the same text from each.",
     )
     label_text_ids: JSONValue | None = _setting(
         None,

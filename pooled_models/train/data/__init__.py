@@ -1,14 +1,15 @@
-"""The data of a run, task by task: a task spec -> its splits read and checked, its label space, and its splits
-tokenized (sequence.py for sequence tasks, token.py for token tasks; batching.py and multitask.py make batches of
-them)."""
+"""The data of a run, task by task: a task spec -> its splits read and checked, its label space, a label-text task's
+label descriptions (descriptions.py), and its splits tokenized (sequence.py for sequence tasks, token.py for token
+tasks; batching.py and multitask.py make batches of them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ...errors import DataError
+from ...errors import UsageError
 from ...modeling.configuration_multitask import TOKEN, PooledMultiTaskConfig
+from .descriptions import check_descriptions_apply, task_descriptions
 from .multitask import with_task_name
 from .sequence import Labels, Split, prepare_splits, tokenize
 from .token import TokenLabels, prepare_token_splits, tokenize_words
@@ -27,6 +28,7 @@ class TaskData:
     splits: dict[str, Split]
     labels: Labels | TokenLabels
     columns: tuple[str, str] | None = None  # a token task's (words, tags) columns
+    descriptions: dict[str, str] | None = None  # a label-text task's label -> description, from every source
     max_length: int = 0
     encoded: dict[str, object] = field(default_factory=dict)  # split -> the rows the Trainer reads
 
@@ -43,31 +45,40 @@ class TaskData:
         return "token" if self.kind == TOKEN else self.labels.problem_type
 
 
-def saved_labels(spec: TaskSpec, saved) -> Labels | TokenLabels | None:
-    """The label space of the model the run starts from, for this task (None when it starts from a backbone). The
-    plan has checked that the saved model has this task, of this kind."""
+def _saved_config(spec: TaskSpec, saved):
+    """The saved model's config of this task (None when the run starts from a backbone). The plan has checked that
+    the saved model has this task, of this kind."""
     if saved is None:
         return None
-    config = saved.task_config(spec.name) if isinstance(saved, PooledMultiTaskConfig) else saved
+    return saved.task_config(spec.name) if isinstance(saved, PooledMultiTaskConfig) else saved
+
+
+def saved_labels(spec: TaskSpec, saved) -> Labels | TokenLabels | None:
+    """The label space of the model the run starts from, for this task (None when it starts from a backbone)."""
+    config = _saved_config(spec, saved)
+    if config is None:
+        return None
     if spec.kind == TOKEN:
         return TokenLabels.from_config(config.id2label)
     return Labels.from_config(config, spec.data.problem_type)
 
 
 def read_task(spec: TaskSpec, roles: list[str], saved, cache_dir: str | None, alone: bool) -> TaskData:
-    """The task's ``roles`` splits read and checked, with its label space (from training, or ``saved``'s). The errors
-    of a task among several name it."""
+    """The task's ``roles`` splits read and checked, with its label space (from training, or ``saved``'s) and its
+    label descriptions. The errors of a task among several name it."""
     labels = saved_labels(spec, saved)
     try:
+        check_descriptions_apply(spec, _saved_config(spec, saved))
         if spec.kind == TOKEN:
             splits, labels, columns = prepare_token_splits(spec.data, roles, labels, cache_dir=cache_dir)
             return TaskData(spec, splits, labels, columns)
         splits, labels = prepare_splits(spec.data, roles, labels, cache_dir=cache_dir)
-        return TaskData(spec, splits, labels)
-    except DataError as error:
+        descriptions = task_descriptions(spec, splits, labels, cache_dir)
+        return TaskData(spec, splits, labels, descriptions=descriptions)
+    except UsageError as error:  # a DataError stays one
         if alone:
             raise
-        raise DataError(f"task {spec.name!r}: {error}") from error
+        raise type(error)(f"task {spec.name!r}: {error}") from error
 
 
 def tokenize_task(task: TaskData, tokenizer, max_length: int, named: bool) -> None:

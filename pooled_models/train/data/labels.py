@@ -17,7 +17,7 @@ from datasets import ClassLabel, LargeList, List, Value
 from ...errors import DataError, where
 from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 
-__all__ = ["Labels", "check_label_kinds", "detect_problem_type", "describe_feature", "MISSING"]
+__all__ = ["Labels", "check_label_kinds", "detect_problem_type", "describe_feature", "label_name", "MISSING"]
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +116,9 @@ def detect_problem_type(feature, separator: str | None) -> str:
     return SINGLE_LABEL
 
 
-def _name(value: Any, feature) -> Any:
-    """A label value as its name: ClassLabel ids become their names, numbers their shortest text."""
+def label_name(value: Any, feature) -> Any:
+    """A label value as its name (``MISSING`` for none): ClassLabel ids become their names, numbers their shortest
+    text."""
     if value is None:
         return MISSING
     if isinstance(feature, ClassLabel):
@@ -272,7 +273,7 @@ class Labels:
 
     def is_unlabelled(self, values: Sequence[Any], feature) -> bool:
         """True when no row has a label (a test split whose labels are withheld, e.g. -1 everywhere)."""
-        return all(_name(value, feature) is MISSING for value in values)
+        return all(label_name(value, feature) is MISSING for value in values)
 
     def _check_compatible(self, feature, source: str, column: str) -> None:
         if self.problem_type == REGRESSION and not (
@@ -283,6 +284,10 @@ class Labels:
                 "(regression)."
             )
 
+    def row_names(self, value, source: str, column: str, row: int) -> list[str]:
+        """The label names one training row gives (one for single-label, its list for multi-label), in its order."""
+        return self._names_of(value, source, column, row)
+
     def _names_of(self, value, source: str, column: str, row: int, feature=MISSING) -> list[str]:
         feature = self.feature if feature is MISSING else feature
         item_feature = _item_feature(feature)
@@ -291,7 +296,7 @@ class Labels:
                 raise DataError(
                     f"{where(source, column, row)} holds a list, but the labels are single-label classes."
                 )
-            name = _name(value, feature)
+            name = label_name(value, feature)
             if name is MISSING:
                 raise DataError(f"{where(source, column, row)}: the label is missing (empty, null or NaN).")
             return _on_one_line([name], source, column, row)
@@ -308,7 +313,7 @@ class Labels:
             items = [item.strip() for item in value.split(self.separator) if item.strip()]
         else:
             items = value
-        names = [_name(item, item_feature) for item in items]
+        names = [label_name(item, item_feature) for item in items]
         if any(name is MISSING for name in names):
             raise DataError(
                 f"{where(source, column, row)}: the list of labels {value!r} holds an empty or null label."

@@ -1,6 +1,6 @@
 """train.py's defaults for a training set with few examples per label (at most ``FEW_EXAMPLES_PER_LABEL`` rows per
 label: the few-shot settings of bench/labels.py, which measured each; docs/label-text.md, "Defaults"): enough epochs
-for the head to leave its random start and label text in the input for single-label runs; and, for any multi-label run
+for the head to leave its random start, a higher learning rate, and label text in the input for single-label runs; and, for any multi-label run
 that nothing tunes, a decision threshold that suits the asymmetric loss."""
 
 from __future__ import annotations
@@ -10,8 +10,17 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
+from huggingface_hub.errors import StrictDataclassError
+
+from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.problem_types import SINGLE_LABEL
-from .arguments.training import MAX_DEFAULT_EPOCHS, MIN_TRAIN_STEPS, NUM_TRAIN_EPOCHS
+from .arguments.training import (
+    FEW_EXAMPLES_LEARNING_RATE,
+    FEW_EXAMPLES_PER_LABEL,
+    MAX_DEFAULT_EPOCHS,
+    MIN_TRAIN_STEPS,
+    NUM_TRAIN_EPOCHS,
+)
 
 if TYPE_CHECKING:  # annotations only
     from .data import TaskData
@@ -21,16 +30,13 @@ __all__ = [
     "ASYMMETRIC_UNTUNED_THRESHOLD",
     "FEW_EXAMPLES_PER_LABEL",
     "default_epochs",
+    "default_learning_rate",
     "default_untuned_threshold",
     "default_pooling",
 ]
 
 logger = logging.getLogger("pooled_models.train")
 
-# At most this many training rows per label (rows / labels) count as few examples: bench/labels.py measured the
-# defaults below at 8 and 32 per label (fortunes' full split, 36 per label, and the README quickstart's 100 keep the
-# others).
-FEW_EXAMPLES_PER_LABEL = 32
 # What a single-label run with few examples per label reads its labels as, when it names no pooling: each label's name
 # in the input, scored by the shared similarity plus a term of its own. On fortunes with 8 examples per label it beat
 # mean pooling trained as long (docs/label-text.md, "Defaults"); multi-label runs keep mean pooling, which won on debtags.
@@ -75,6 +81,21 @@ def default_epochs(training_args, tasks: dict[str, TaskData]) -> float | None:
     return float(epochs)
 
 
+def default_learning_rate(training_args, tasks: dict[str, TaskData]) -> float | None:
+    """The backbone's learning rate of a run that chose none and has few examples per label in every task:
+    ``FEW_EXAMPLES_LEARNING_RATE``; None when the default stands."""
+    if getattr(training_args, "learning_rate_chosen", True) or not training_args.do_train:
+        return None
+    if not all(has_few_examples(task) for task in tasks.values()):
+        return None
+    logger.info(
+        "Learning rate %g (train.py's default for at most %d training rows per label; --learning_rate sets another).",
+        FEW_EXAMPLES_LEARNING_RATE,
+        FEW_EXAMPLES_PER_LABEL,
+    )
+    return FEW_EXAMPLES_LEARNING_RATE
+
+
 # The decision threshold of a new asymmetric-loss head that nobody sets and nothing tunes (no validation data). The loss
 # barely counts a negative the model gives 0.5 (its weight is p ** 4), so 0.5 lets through many false positives: on
 # debtags every threshold tuned on validation data came out between 0.67 and 0.77 (bench/labels.py, full and
@@ -95,18 +116,35 @@ def default_untuned_threshold(settings: dict, thresholds: ThresholdPlan) -> Thre
     return dataclasses.replace(thresholds, origin="asymmetric default")
 
 
-def default_pooling(settings: dict, task: TaskData) -> None:
+def default_pooling(settings: dict, task: TaskData, backbone_config) -> None:
     """A new single-label head that names no pooling, trained on few examples per label of labels named in words,
-    reads its labels as text (``FEW_EXAMPLES_POOLING``); any other keeps mean pooling."""
+    reads its labels as text (``FEW_EXAMPLES_POOLING``), unless the user's other settings rule label text out; any
+    other keeps mean pooling."""
     if settings.get("pooling") is not None:
         return
     labels = task.labels
     named = bool(labels.names) and any(any(char.isalpha() for char in str(name)) for name in labels.names)
     if labels.problem_type != SINGLE_LABEL or not named or not has_few_examples(task):
         return
-    settings.update({key: value for key, value in FEW_EXAMPLES_POOLING.items() if settings.get(key) is None})
+    chosen = {key: value for key, value in FEW_EXAMPLES_POOLING.items() if settings.get(key) is None}
+    refusal = _label_text_refusal({**settings, **chosen}, labels.num_labels, backbone_config)
+    if refusal:
+        logger.info(
+            "Pooling: mean (label text, the default for few examples per label, cannot: %s).", refusal
+        )
+        return
+    settings.update(chosen)
     logger.info(
         "Pooling: label_text with the per_label scorer (train.py's default for a single-label run with at most %d "
         "training rows per label; --pooling mean for mean pooling).",
         FEW_EXAMPLES_PER_LABEL,
     )
+
+
+def _label_text_refusal(settings: dict, num_labels: int, backbone_config) -> str | None:
+    """Why a config with these settings cannot be built (a setting the user chose that label text cannot take)."""
+    try:
+        PooledConfig(backbone_config=backbone_config, num_labels=num_labels, **settings)
+    except (ValueError, TypeError, StrictDataclassError) as error:
+        return str(error).split("\n")[0]
+    return None

@@ -33,7 +33,7 @@ from ..modeling.problem_types import MULTI_LABEL
 from ..thresholds import positive_weights
 from .arguments.model import FROM_TRAINING_DATA
 from .evaluation import ThresholdPlan, best_model_metric, plan_thresholds
-from .few_examples import default_epochs, default_pooling, default_untuned_threshold
+from .few_examples import default_epochs, default_learning_rate, default_pooling, default_untuned_threshold
 from .source import ModelSource
 
 if TYPE_CHECKING:  # annotations only
@@ -163,6 +163,9 @@ def _trainer_args(training_args, tasks: dict[str, TaskData], work_dir: Path, sin
     epochs = default_epochs(training_args, tasks)
     if epochs is not None:
         changes["num_train_epochs"] = epochs
+    learning_rate = default_learning_rate(training_args, tasks)
+    if learning_rate is not None:
+        changes["learning_rate"] = learning_rate
     if training_args.world_size > 1 and len(tasks) > 1:
         # Each step trains one task's head; the other heads get no gradient in it, which DDP must be told of.
         changes["ddp_find_unused_parameters"] = True
@@ -180,7 +183,7 @@ def _task_plan(task: TaskData, source, training_args, backbone, single: bool) ->
     origin = _pos_weight(settings, task, where, saved)
     if saved is None:
         if single:
-            default_pooling(settings, task)
+            default_pooling(settings, task, backbone.config())
         default_multi_label_loss(settings, task.labels.problem_type)
         if leaves_label_token_defaults_unset(settings):
             default_label_token_settings(settings, backbone.config())

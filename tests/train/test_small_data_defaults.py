@@ -9,8 +9,14 @@ from helpers import FAST, multi_label_rows, topic_rows, write_rows
 
 import pooled_models.train.pipeline as pipeline
 from pooled_models.train.arguments import MAX_DEFAULT_EPOCHS, MIN_TRAIN_STEPS, NUM_TRAIN_EPOCHS
+from pooled_models.train.arguments.training import FEW_EXAMPLES_LEARNING_RATE, LEARNING_RATE
 from pooled_models.train.cli import run
-from pooled_models.train.few_examples import ASYMMETRIC_UNTUNED_THRESHOLD, default_epochs, default_pooling
+from pooled_models.train.few_examples import (
+    ASYMMETRIC_UNTUNED_THRESHOLD,
+    default_epochs,
+    default_learning_rate,
+    default_pooling,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -66,6 +72,7 @@ def test_chosen_epochs_and_steps_are_kept(tiny_backbone_path, tmp_path):
 def _args(**changes):
     settings = dict(
         epochs_chosen=False,
+        learning_rate_chosen=False,
         max_steps=-1,
         do_train=True,
         per_device_train_batch_size=16,
@@ -116,25 +123,48 @@ def test_default_epochs_count_every_process_every_accumulation_and_every_task():
     assert default_epochs(_args(do_train=False), _tasks(10)) is None
 
 
+def test_default_learning_rate_for_few_examples_per_label():
+    assert default_learning_rate(_args(), _tasks(896)) == FEW_EXAMPLES_LEARNING_RATE == 1e-4  # 32 per label
+    assert default_learning_rate(_args(), _tasks(1008)) is None  # 36 per label: LEARNING_RATE stands
+    assert default_learning_rate(_args(learning_rate_chosen=True), _tasks(224)) is None
+    assert default_learning_rate(_args(do_train=False), _tasks(224)) is None
+
+
+def test_a_run_without_a_learning_rate_gets_the_few_example_one(tiny_backbone_path, tmp_path):
+    flags = _without(NO_EPOCHS, "--learning_rate")
+    data = write_rows(tmp_path / "train.jsonl", topic_rows(40))
+    result = run(
+        ["--model_name_or_path", tiny_backbone_path, "--output_dir", str(tmp_path / "out"), *flags]
+        + ["--train_file", str(data), "--do_train", "--pooling", "mean", "--max_steps", "2"]
+    )
+    settings = json.loads((result.output_dir / "training_args.json").read_text())
+    assert settings["learning_rate"] == FEW_EXAMPLES_LEARNING_RATE != LEARNING_RATE
+
+
 @pytest.mark.parametrize(
-    ("rows", "changes", "pooling"),
+    ("rows", "changes", "settings", "pooling"),
     [
-        (224, {}, "label_text"),  # 8 per label
-        (896, {}, "label_text"),  # 32 per label
-        (1008, {}, None),  # 36 per label: mean pooling stays
-        (224, {"problem_type": "multi_label_classification"}, None),
-        (224, {"names": [str(i) for i in range(28)]}, None),  # labels without words to read
+        (224, {}, {}, "label_text"),  # 8 per label
+        (896, {}, {}, "label_text"),  # 32 per label
+        (1008, {}, {}, None),  # 36 per label: mean pooling stays
+        (224, {"problem_type": "multi_label_classification"}, {}, None),
+        (224, {"names": [str(i) for i in range(28)]}, {}, None),  # labels without words to read
+        (224, {}, {"position_ids_from_mask": False}, None),  # a setting label text cannot take
     ],
 )
-def test_default_pooling_reads_the_labels_of_few_single_label_examples(rows, changes, pooling):
+def test_default_pooling_reads_the_labels_of_few_single_label_examples(rows, changes, settings, pooling):
+    from helpers import tiny_backbone_config
+
     (task,) = _tasks(rows, **changes).values()
-    settings = {}
-    default_pooling(settings, task)
+    given = dict(settings)
+    default_pooling(settings, task, tiny_backbone_config("bert"))
     assert settings.get("pooling") == pooling
     if pooling:
-        assert settings["label_text_scorer"] == "per_label"
+        assert settings == {**given, "pooling": "label_text", "label_text_scorer": "per_label"}
+    else:
+        assert settings == given
     chosen = {"pooling": "mean"}
-    default_pooling(chosen, task)
+    default_pooling(chosen, task, tiny_backbone_config("bert"))
     assert chosen == {"pooling": "mean"}
 
 

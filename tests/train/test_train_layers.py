@@ -20,6 +20,7 @@ LAYERS = [
     {"pipeline"},
     {
         "plan",
+        "few_examples",
         "source",
         "data",
         "model",

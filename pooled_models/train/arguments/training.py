@@ -19,6 +19,9 @@ __all__ = [
     "THRESHOLD_TUNING",
     "HEAD_LEARNING_RATE",
     "NUM_TRAIN_EPOCHS",
+    "LEARNING_RATE",
+    "FEW_EXAMPLES_PER_LABEL",
+    "FEW_EXAMPLES_LEARNING_RATE",
     "MIN_TRAIN_STEPS",
     "MAX_DEFAULT_EPOCHS",
     "TRAIN_BATCH_SIZE",
@@ -41,6 +44,18 @@ THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
 HEAD_LEARNING_RATE = 5e-3
 
 
+# At most this many training rows per label (rows / labels) count as few examples: bench/labels.py measured the
+# defaults below at 8 and 32 per label (fortunes' full split, 36 per label, and the README quickstart's 100 keep the
+# others).
+FEW_EXAMPLES_PER_LABEL = 32
+
+
+LEARNING_RATE = 5e-5
+# The backbone's rate on few examples per label: with the epochs raised for them, 1e-4 beat 5e-5 by 0.02-0.03 on
+# fortunes and debtags at 8 examples per label (bench/labels.py; docs/label-text.md, "Defaults").
+FEW_EXAMPLES_LEARNING_RATE = 1e-4
+
+
 NUM_TRAIN_EPOCHS = 4.0
 # A small training set gets more passes, so that the run takes at least this many optimisation steps: at 4 epochs, 8
 # examples per label is 11-14 steps an epoch, too few for the head to leave its random start (bench/labels.py, shot8:
@@ -61,7 +76,13 @@ class PooledTrainingArguments(TrainingArguments):
     # head_learning_rate and num_train_epochs were measured (bench/recipes.py, bench/multilabel_defaults.py;
     # docs/training.md, "Defaults"); the batch size, warmup and weight decay are the usual fine-tuning recipe.
     # output_dir has no default, so a run never writes into a folder nobody asked for.
-    learning_rate: float = field(default=5e-5, metadata={"help": "Learning rate of the backbone."})
+    learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": f"Learning rate of the backbone. Default: {LEARNING_RATE:g}, or {FEW_EXAMPLES_LEARNING_RATE:g} "
+            f"on a training set of few examples per label (at most {FEW_EXAMPLES_PER_LABEL} rows per label)."
+        },
+    )
     head_learning_rate: float | None = field(
         default=HEAD_LEARNING_RATE,
         metadata={
@@ -85,8 +106,8 @@ class PooledTrainingArguments(TrainingArguments):
     num_train_epochs: float | None = field(
         default=None,
         metadata={
-            "help": f"Number of passes over the training data. Default: {NUM_TRAIN_EPOCHS:g}, or more on a small "
-            f"training set, so that the run takes at least {MIN_TRAIN_STEPS} optimisation steps (at most "
+            "help": f"Number of passes over the training data. Default: {NUM_TRAIN_EPOCHS:g}, or more on a training set "
+            f"of few examples per label (at most {FEW_EXAMPLES_PER_LABEL} rows per label), so that the run takes at least {MIN_TRAIN_STEPS} optimisation steps (at most "
             f"{MAX_DEFAULT_EPOCHS} epochs)."
         },
     )
@@ -249,6 +270,10 @@ class PooledTrainingArguments(TrainingArguments):
             self.save_strategy = (
                 str(getattr(self.eval_strategy, "value", self.eval_strategy)) if evaluating else "epoch"
             )
+        # Left unset, the backbone's learning rate is chosen once the training set's size is known (few_examples.py).
+        self.learning_rate_chosen = self.learning_rate is not None
+        if self.learning_rate is None:
+            self.learning_rate = LEARNING_RATE
         # Left unset, the number of epochs is chosen once the training set's size is known (plan.default_epochs).
         self.epochs_chosen = self.num_train_epochs is not None
         if self.num_train_epochs is None:

@@ -78,6 +78,7 @@ from accuracy import (  # noqa: E402  (bench/ is on sys.path: this script's fold
 from pooled_models.modeling.problem_types import MULTI_LABEL, SINGLE_LABEL  # noqa: E402
 from pooled_models.sweep.records import write_atomically  # noqa: E402
 from pooled_models.train.arguments import PooledTrainingArguments  # noqa: E402
+from pooled_models.train.arguments.training import LEARNING_RATE, NUM_TRAIN_EPOCHS  # noqa: E402
 from pooled_models.train.evaluation import compute_metrics  # noqa: E402
 from pooled_models.train.predictions import json_safe  # noqa: E402
 from pooled_models.train.source import resolve_backbone  # noqa: E402
@@ -159,6 +160,10 @@ def all_arms() -> list[str]:
 def train_py_defaults() -> dict[str, Any]:
     """train.py's optimisation defaults, read from its arguments so that the recipe follows them when they change."""
     defaults = {field.name: field.default for field in dataclasses.fields(PooledTrainingArguments)}
+    # Left unset, these two depend on the training set (train/few_examples.py); the benchmark's full training splits
+    # have more than a few examples per label, so they get the plain defaults.
+    defaults["learning_rate"] = defaults["learning_rate"] or LEARNING_RATE
+    defaults["num_train_epochs"] = defaults["num_train_epochs"] or NUM_TRAIN_EPOCHS
     return {
         name: defaults[name]
         for name in (

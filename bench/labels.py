@@ -30,7 +30,8 @@ The arms (``--arms``; ``ARMS`` below says which run in which setting):
   fortunes, 64 debtags, as bench/accuracy.py) and the arm's flags; scored from the ``predictions.jsonl`` it writes for
   the test split. ``defaults`` passes no other flag: it is whatever train.py's defaults are at the commit that ran it
   (each run records its commit and train.py's settings). ``mean_v03`` pins the defaults of pooled_models 0.3 (mean
-  pooling) with flags, so that it keeps meaning the same run when the defaults change.
+  pooling; multi-label: the asymmetric loss, a threshold tuned on validation data, else 0.5) with flags, so that it
+  keeps meaning the same run when the defaults change.
 * ``setfit``: SetFit 1.2 with its own defaults (``TrainingArguments()``: oversampled pairs, one epoch, a logistic
   regression head; ``multi_target_strategy="one-vs-rest"`` for multi-label, as its docs say) on the same rows and
   backbone, texts truncated as train.py's (``max_length``).
@@ -99,6 +100,8 @@ class Arm:
     # datasets without descriptions skip the arm
     needs: tuple[str, ...] = ()
     multi_label_flags: tuple[str, ...] = ()  # flags added on multi-label datasets only
+    # ... instead of multi_label_flags where the run has no validation split (the few-shot settings)
+    untuned_multi_label_flags: tuple[str, ...] | None = None
     options: tuple[tuple[str, Any], ...] = ()  # SetFit: TrainingArguments settings that are not its defaults
 
 
@@ -120,12 +123,19 @@ V03 = (
     "0.1",
 )
 V03_MULTI_LABEL = ("--multi_label_loss", "asymmetric", "--tune_thresholds", "auto")
+# 0.3 decided at 0.5 where nothing tuned the threshold; train.py now decides at 0.7 there unless told "none"
+V03_MULTI_LABEL_UNTUNED = ("--multi_label_loss", "asymmetric", "--tune_thresholds", "none")
 LABEL_TEXT = ("--pooling", "label_text")
 
 ARMS: dict[str, Arm] = {
     "defaults": Arm("train.py", TRAINED, (), "train.py's defaults at the commit that ran"),
     "mean_v03": Arm(
-        "train.py", TRAINED, V03, "pooled_models 0.3's defaults", multi_label_flags=V03_MULTI_LABEL
+        "train.py",
+        TRAINED,
+        V03,
+        "pooled_models 0.3's defaults",
+        multi_label_flags=V03_MULTI_LABEL,
+        untuned_multi_label_flags=V03_MULTI_LABEL_UNTUNED,
     ),
     "setfit": Arm("setfit", ("shot8",), (), "SetFit 1.2 with its defaults"),
     # SetFit's default pairs (oversampling) grow with the square of the rows: with 28 labels, 48,384 pairs (3,024 steps)
@@ -390,7 +400,15 @@ def train_py_command(task: Task, arm: Arm, folder: Path, output_dir: Path) -> li
             name: task.dataset.descriptions[name] for name in task.seen if name in task.dataset.descriptions
         }
         command += ["--label_descriptions", json.dumps(seen, ensure_ascii=False)]
-    return command + list(arm.flags) + (list(arm.multi_label_flags) if multi else [])
+    return command + arm_flags(arm, task)
+
+
+def arm_flags(arm: Arm, task: Task) -> list[str]:
+    """The arm's train.py flags for this task: its own, and its multi-label ones on a multi-label dataset."""
+    if not task.dataset.multi_label:
+        return list(arm.flags)
+    untuned = task.validation is None and arm.untuned_multi_label_flags is not None
+    return [*arm.flags, *(arm.untuned_multi_label_flags if untuned else arm.multi_label_flags)]
 
 
 def run_train_py(task: Task, arm: Arm, scratch: Path) -> dict[str, Any]:
@@ -541,8 +559,7 @@ def run_one(task: Task, arm_name: str, scratch: Path, extra: tuple[str, ...] = (
         "setting": task.setting,
         "arm": arm_name,
         "seed": task.seed,
-        "flags": [*arm.flags, *(arm.multi_label_flags if task.dataset.multi_label else ())]
-        + [f"{key}={value}" for key, value in arm.options],
+        "flags": arm_flags(arm, task) + [f"{key}={value}" for key, value in arm.options],
         "train_rows": len(task.train),
         "test_rows": len(task.test),
         "candidates": task.candidates,

@@ -119,3 +119,15 @@ def test_the_arms_and_settings_are_checked():
     args = labels.parse_arguments(["--arms", "setfit", "--settings", "shot8", "--seeds", "1"])
     assert args.arms == ["setfit"] and args.settings == ["shot8"]
     assert all(set(arm.settings) <= set(labels.SETTINGS) for arm in labels.ARMS.values())
+
+
+def test_the_v03_arm_keeps_0_3s_untuned_threshold_where_nothing_tunes():
+    arm = labels.ARMS["mean_v03"]
+    few = labels.Task(dataset(True), "shot8", 1, MULTI, None, MULTI, ["x", "y", "z"], ["x", "y", "z"])
+    full = labels.Task(dataset(True), "full", 1, MULTI, MULTI, MULTI, ["x", "y", "z"], ["x", "y", "z"])
+    single = labels.Task(dataset(), "shot8", 1, ROWS, None, ROWS, list("abc"), list("abc"))
+    # train.py now decides at 0.7 where tune_thresholds=auto cannot tune; "none" keeps 0.3's 0.5
+    assert labels.arm_flags(arm, few)[-2:] == ["--tune_thresholds", "none"]
+    assert labels.arm_flags(arm, full)[-2:] == ["--tune_thresholds", "auto"]
+    assert labels.arm_flags(arm, single) == list(arm.flags)
+    assert labels.arm_flags(labels.ARMS["defaults"], few) == []

@@ -104,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         for round_index in range(args.rounds):
             seed = 42 + round_index
             for name, who, attention, packed in shuffler.sample(runs, len(runs)):
-                output_dir = Path(scratch) / f"run_{round_index}_{len(results[name])}_{who}"
+                # one folder per arm and round: two train.py arms of a round must not share one (train.py refuses
+                # to write over a model an earlier run left)
+                arm_index = [arm_name for arm_name, *_ in runs].index(name)
+                output_dir = Path(scratch) / f"run_{round_index}_{arm_index}_{who}"
                 run = run_vanilla if who == "vanilla" else run_train_py
                 outcome = measured(run, files, output_dir, seed, attention, packed, args.batch_size)
                 results[name].append(outcome)

@@ -21,6 +21,8 @@ registered = False
 MODEL_CLASSES = {
     "PooledForSequenceClassification": "ServedPooledClassifier",
     "PooledModel": "ServedPooledModel",
+    "PooledForTokenClassification": "token_model:ServedPooledTokenClassifier",
+    "PooledForMultiTask": "multitask_model:ServedPooledMultiTask",
     **dict.fromkeys(REFUSED_ARCHITECTURES, "RefusedPooledArchitecture"),
 }
 assert set(MODEL_CLASSES) == {*SERVED_ARCHITECTURES, *REFUSED_ARCHITECTURES}
@@ -34,5 +36,7 @@ def register() -> None:
 
     global registered
     for architecture, class_name in MODEL_CLASSES.items():
-        ModelRegistry.register_model(architecture, f"{__name__}.model:{class_name}")
+        # A class of serving/model.py, or "module:Class" for a class of another module of this room.
+        target = class_name if ":" in class_name else f"model:{class_name}"
+        ModelRegistry.register_model(architecture, f"{__name__}.{target}")
     registered = True

@@ -47,7 +47,7 @@ class _ServedPooled(nn.Module):
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()
-        config = vllm_config.model_config.hf_config
+        config = self.served_config(vllm_config.model_config.hf_config)
         reason = refusal(config, self.architecture)
         if reason is not None:
             raise ValueError(reason)
@@ -58,8 +58,12 @@ class _ServedPooled(nn.Module):
         )
         self.backbone = self.family.build(backbone_config, maybe_prefix(prefix, "backbone"))
         pooling, head = self.pooled_parts(config)
-        self.layers = pooling.hidden_states_read
-        self.pooler = PooledModelPooler(
+        self.layers = None if pooling is None else pooling.hidden_states_read
+        self.pooler = self.make_pooler(config, pooling, head)
+
+    def make_pooler(self, config, pooling: nn.Module | None, head: nn.Module | None) -> nn.Module:
+        """The vLLM pooler that answers the architecture's tasks (a token classifier's answers per token)."""
+        return PooledModelPooler(
             config,
             pooling,
             head,
@@ -68,8 +72,12 @@ class _ServedPooled(nn.Module):
             _num_hidden_states(config) if self.layers is not None else 0,
         )
 
+    def served_config(self, config):
+        """The PooledConfig this model serves (a multi-task checkpoint's: that of the task it serves)."""
+        return config
+
     @staticmethod
-    def pooled_parts(config) -> tuple[nn.Module, nn.Module | None]:
+    def pooled_parts(config) -> tuple[nn.Module | None, nn.Module | None]:
         raise NotImplementedError
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ __all__ = [
     "DECODER_BACKBONES",
     "SERVED_ARCHITECTURES",
     "REFUSED_ARCHITECTURES",
+    "TOKEN_ARCHITECTURES",
     "served_tasks",
     "refusal",
 ]
@@ -38,19 +39,15 @@ DECODER_BACKBONES = ("llama", "qwen2")
 SERVED_ARCHITECTURES = {
     "PooledForSequenceClassification": ("classify",),
     "PooledModel": ("embed",),
+    "PooledForTokenClassification": ("token_classify",),
+    # One task per served model, named by the config override served_task (serving/multitask_support.py).
+    "PooledForMultiTask": ("classify", "token_classify"),
 }
 # Pooled architectures the plugin registers only to refuse them by name (rather than let vLLM fall back to its
 # Transformers backend, which would put its own pooler in front of the model's head), with the reason.
-REFUSED_ARCHITECTURES = {
-    "PooledForTokenClassification": (
-        "a token classifier (one prediction per token) is not served by the plugin, which serves one pooled output "
-        "per text"
-    ),
-    "PooledForMultiTask": (
-        "a multi-task model (one backbone, several heads in one forward) is not served: vLLM's pooling runner returns "
-        "one output per request from one pooler"
-    ),
-}
+REFUSED_ARCHITECTURES: dict[str, str] = {}
+# Architectures whose head reads every token's state: their config's pooling never runs, so none is refused.
+TOKEN_ARCHITECTURES = ("PooledForTokenClassification",)
 
 
 def served_tasks(architecture: str) -> tuple[str, ...]:
@@ -70,6 +67,10 @@ def refusal(config, architecture: str) -> str | None:
         return f"{prefix}: {REFUSED_ARCHITECTURES[architecture]}. Instead, {ALTERNATIVES}."
     if architecture not in SERVED_ARCHITECTURES:
         return f"{prefix}: unknown architecture. Served: {', '.join(SERVED_ARCHITECTURES)}."
+    if architecture == "PooledForMultiTask":
+        from .multitask_support import multitask_refusal  # it reads this module's refusal for the served task
+
+        return multitask_refusal(config)
     backbone = config.backbone_config
     model_type = getattr(backbone, "model_type", None)
     served_types = ENCODER_BACKBONES + DECODER_BACKBONES
@@ -86,6 +87,8 @@ def refusal(config, architecture: str) -> str | None:
             f"{prefix}: the backbone uses position_embedding_type={backbone.position_embedding_type!r}, and vLLM's "
             f"BERT implementation has absolute positions only. Instead, {ALTERNATIVES}."
         )
+    if architecture in TOKEN_ARCHITECTURES:
+        return None
     pooling_class = POOLINGS.lookup(config.pooling)
     if pooling_class.encode is not Pooler.encode:
         return (

@@ -77,14 +77,14 @@ def test_relative_positions_are_refused():
     assert_refused(message, "position_embedding_type='relative_key'")
 
 
-@pytest.mark.parametrize("architecture", sorted(REFUSED_ARCHITECTURES))
-def test_token_and_multi_task_architectures_are_refused(architecture):
-    assert_refused(refusal(config("mean"), architecture), architecture)
-
-
 def test_the_plugin_registers_a_class_for_every_pooled_architecture():
     assert set(MODEL_CLASSES) == set(SERVED_ARCHITECTURES) | set(REFUSED_ARCHITECTURES)
-    assert set(SERVED_ARCHITECTURES) == {CLASSIFIER, "PooledModel"}
+    assert set(SERVED_ARCHITECTURES) == {
+        CLASSIFIER,
+        "PooledModel",
+        "PooledForTokenClassification",
+        "PooledForMultiTask",
+    }
 
 
 def test_the_entry_point_vllm_loads_is_declared():

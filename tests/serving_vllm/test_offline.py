@@ -15,7 +15,7 @@ from vllm_helpers import (
     transformers_logits,
 )
 
-from pooled_models import POOLINGS, PooledForSequenceClassification, PooledForTokenClassification, PooledModel
+from pooled_models import POOLINGS, PooledForSequenceClassification, PooledModel
 from pooled_models.serving.support import ENCODER_BACKBONES
 
 # Every registered pooling but the ones the plugin refuses (label tokens and label text, tested below), each on the tiny
@@ -113,7 +113,6 @@ REFUSALS = {
         "reads the hidden states of several layers",
         dict(pooling="lstm", backbone="llama"),
     ),
-    "token classifier": ("token classifier", dict(pooling="mean", model_class=PooledForTokenClassification)),
     "relative positions": ("position_embedding_type='relative_key'", dict(pooling="mean")),
 }
 

@@ -129,7 +129,7 @@ def _default_per_pass(config: PreTrainedConfig) -> int:
 
 class LabelMarker(nn.Module):
     """The learned marker vector of every label segment, read by the backbone's input embeddings for the marker id
-    (``label_tokens.LabelTokenInput`` reads ``pooler.label_embeddings``). A module read through its forward, so that
+    (``label_token_input.LabelTokenInput`` reads ``pooler.label_embeddings``). A module read through its forward, so that
     offloading hooks bring it to the device; initialised by the pooler."""
 
     def __init__(self, hidden_size: int):

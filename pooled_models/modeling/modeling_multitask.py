@@ -90,7 +90,7 @@ class MultiTaskClassifier(nn.Module):
             }
         )
         # The task whose label-token pooler the backbone's input embeddings read label markers from (they read
-        # model.pooler, see label_tokens.LabelTokenInput): set before each such task's own pass.
+        # model.pooler, see label_token_input.LabelTokenInput): set before each such task's own pass.
         self.label_token_tasks = [name for name in self.heads if self._own_pass(name)]
         self.active_label_task = self.label_token_tasks[0] if self.label_token_tasks else None
 

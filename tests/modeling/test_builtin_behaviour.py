@@ -22,7 +22,7 @@ from pooled_models import (
     PooledModel,
     PooledMultiTaskConfig,
 )
-from pooled_models.modeling import label_tokens
+from pooled_models.modeling import label_token_inits
 
 # ----------------------------------------------------------------------------------------------------
 # Label tokens from a config alone
@@ -32,7 +32,7 @@ from pooled_models.modeling import label_tokens
 def _fallback_warnings(build) -> tuple[object, int]:
     """What ``build()`` returns, and how many times it warned that label tokens start from the vocabulary mean."""
     logging.warning_once.cache_clear()  # "once" per process: start counting afresh
-    logger = logging.get_logger(label_tokens.__name__)
+    logger = logging.get_logger(label_token_inits.__name__)
     with CaptureLogger(logger) as captured:
         built = build()
     return built, captured.out.count("has no label_token_init_ids")

@@ -6,7 +6,8 @@ two baselines, and write a report (:mod:`pooled_models.sweep_report`).
 
 Everything that is not a sweep option is a train.py argument and applies to every run. Each run is a train.py
 run in this process, with ``--pooling``, ``--seed`` and ``--output_dir`` set by the sweep; a run that fails is
-reported with its error and the others go on.
+reported with its error and the others go on. The command line is ``command_line.py``'s, one run ``one_run.py``'s;
+this module plans the runs, resumes, and reports.
 
 Nothing finished is lost. The report is rewritten after every run, each file replaced atomically
 (:mod:`pooled_models.sweep_records`), so an interrupted sweep (Ctrl-C, SIGTERM, a kill) leaves a complete report of
@@ -26,26 +27,21 @@ run, with the settings that differ; without ``--resume``, a folder that holds a 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
-import logging
 import shlex
-import shutil
 import sys
-import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError, program_name
+from ..errors import UsageError
 from ..modeling.registry import POOLINGS
 from ..train.arguments import parse_arguments
 from ..train.console import is_verbose, quiet_libraries, set_up_logging
 from ..train.evaluation import BEST_MODEL_METRIC
-from .baselines import logistic_regression_baseline, vanilla_model
+from .command_line import BASELINES, DEFAULT_SEED, _command, _program, parse_sweep_arguments
+from .one_run import _run_arguments, run_one
 from .records import (
     REPORT_FILES,
     RunRecord,
@@ -65,195 +61,6 @@ __all__ = [
     "run_sweep",
     "main",
 ]
-
-logger = logging.getLogger("pooled_models.sweep")
-
-BASELINES = ("vanilla", "logistic_regression")
-DEFAULT_SEED = 42
-# train.py arguments the sweep sets itself, one value per run.
-SET_BY_THE_SWEEP = ("pooling", "seed", "output_dir")
-
-
-def _program() -> str:
-    return program_name("sweep.py", "pooled-sweep", "pooled_models.sweep")
-
-
-def _command() -> list[str]:
-    """How to run the sweep again, as the user ran it."""
-    program = _program()
-    return ["python", program] if program == "sweep.py" else program.split()
-
-
-def _comma_list(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",") if item.strip()]
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=_program(),
-        allow_abbrev=False,  # --pooling and --seed are train.py flags the sweep refuses, not short for its own
-        description="Train one model per pooling on the same data, backbone, seeds and budget, with two baselines, "
-        "and write a report (report.md, report.json, report.png). Every other argument is a train.py argument "
-        "(see train.py --help) and applies to every run.",
-    )
-    parser.add_argument(
-        "--poolings",
-        type=_comma_list,
-        default=None,
-        help=f"comma-separated poolings to compare (default: all registered: {', '.join(POOLINGS)}; "
-        "with --resume, the earlier sweep's)",
-    )
-    parser.add_argument(
-        "--baselines",
-        type=_comma_list,
-        default=None,
-        help=f"comma-separated baselines to add, or 'none' (default: {','.join(BASELINES)}; with "
-        "--resume, the earlier sweep's)",
-    )
-    parser.add_argument(
-        "--seeds",
-        type=int,
-        nargs="+",
-        default=None,
-        help=f"one run per pooling and seed (default: {DEFAULT_SEED}; with --resume, the earlier sweep's)",
-    )
-    parser.add_argument(
-        "--report_dir",
-        type=Path,
-        required=True,
-        help="where the report and the runs go. The report is rewritten after every run, so an "
-        "interrupted sweep keeps the runs it finished. A folder that already holds a report is "
-        "refused, unless --resume",
-    )
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the sweep whose report is in --report_dir: the runs it records as finished "
-        "are skipped, failed and missing ones run. Refused, before any run, if the data, the problem "
-        "type or any train.py setting that changes results differs from the earlier sweep's. "
-        "Poolings, baselines and seeds given are added to the earlier sweep's and run (none are "
-        "dropped), and the report covers them all. Without a report in the folder, a new sweep starts",
-    )
-    parser.add_argument(
-        "--keep_models",
-        action="store_true",
-        help="keep every run's trained model under report_dir/runs (default: only their results)",
-    )
-    return parser
-
-
-def parse_sweep_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """The sweep's own options, and the train.py arguments every run gets (config file first, if any).
-
-    ``poolings``, ``baselines`` and ``seeds`` are None when not given: the defaults, or with ``--resume`` the
-    earlier sweep's, which only ``run_sweep`` reads.
-    """
-    options, train_arguments = _parser().parse_known_args(list(argv))
-    registered = list(POOLINGS)
-    options.poolings = options.poolings or None  # --poolings "" too
-    unknown = [name for name in options.poolings or [] if name not in registered]
-    if unknown:
-        raise UsageError(f"Unknown pooling(s) {', '.join(unknown)}. Valid choices: {', '.join(registered)}.")
-    options.baselines = [] if options.baselines == ["none"] else options.baselines
-    unknown = [name for name in options.baselines or [] if name not in BASELINES]
-    if unknown:
-        raise UsageError(
-            f"Unknown baseline(s) {', '.join(unknown)}. Valid choices: {', '.join(BASELINES)}, or none."
-        )
-    set_here = [arg for arg in train_arguments if arg.lstrip("-").split("=")[0] in SET_BY_THE_SWEEP]
-    if set_here:
-        raise UsageError(
-            f"{', '.join(set_here)}: the sweep sets the pooling, seed and output folder of each run; "
-            "use --poolings, --seeds and --report_dir."
-        )
-    if options.seeds and len(set(options.seeds)) != len(options.seeds):
-        raise UsageError(f"--seeds has repeats: {options.seeds}.")
-    return options, train_arguments
-
-
-def _run_arguments(train_arguments: list[str], pooling: str | None, seed: int, output_dir: Path) -> list[str]:
-    # Flags after a config file override it, so the sweep's own come last. Every run trains; the sweep compares
-    # runs on validation (and test, when there is one), and keeps no checkpoints.
-    arguments = [
-        *train_arguments,
-        "--seed",
-        str(seed),
-        "--output_dir",
-        str(output_dir),
-        "--overwrite_output_dir",
-        "--do_train",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-    ]
-    return arguments + (["--pooling", pooling] if pooling else [])
-
-
-def _describe(error: BaseException) -> str:
-    if isinstance(error, SystemExit):  # argparse prints its message to stderr and exits
-        return f"train.py rejected the arguments (exit status {error.code}; its message is in the log above)"
-    message = " ".join(str(error).split())
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
-
-
-def run_one(
-    name: str,
-    kind: str,
-    seed: int,
-    train_arguments: list[str],
-    runs_dir: Path,
-    keep_model: bool,
-    verbose: bool = False,
-) -> RunRecord:
-    """One run; any error is caught and recorded, so the sweep goes on. Unless ``verbose``, the run's own summary
-    (what it read and built, where its model went) is left out: the sweep says how each run went, in one line."""
-    from ..train.cli import run
-
-    @contextlib.contextmanager
-    def quiet():
-        if verbose:
-            yield
-            return
-        with contextlib.redirect_stdout(io.StringIO()), quiet_libraries(verbose):
-            yield
-
-    record = RunRecord(name=name, kind=kind, seed=seed)
-    output_dir = runs_dir / f"{name}-seed{seed}"
-    pooling = name if kind == "pooling" else None
-    arguments = _run_arguments(train_arguments, pooling, seed, output_dir)
-    start = time.perf_counter()
-    try:
-        if name == "logistic_regression":
-            with quiet():
-                metrics = logistic_regression_baseline(arguments)
-            record.parameters = metrics.pop("parameters")
-        else:
-            with quiet():
-                result = run(arguments, model_factory=vanilla_model if name == "vanilla" else None)
-            metrics, record.parameters = result.metrics, result.parameters
-        record.metrics = {key: value for key, value in metrics.items() if _is_number_or_list(value)}
-    except KeyboardInterrupt:
-        # An interrupted run has no result, so none of its folders may stay and look like one.
-        _tidy_run_folders(output_dir, keep_model=False)
-        raise
-    except BaseException as error:  # noqa: BLE001 - a failed run is a result of the sweep, not its end
-        record.status, record.error = "failed", _describe(error)
-        logger.debug("%s seed %d failed:\n%s", name, seed, traceback.format_exc())
-    record.seconds = time.perf_counter() - start
-    _tidy_run_folders(output_dir, keep_model)
-    return record
-
-
-def _tidy_run_folders(output_dir: Path, keep_model: bool) -> None:
-    """Remove the run's model unless it is kept, and the ``.incomplete`` folder a failed train.py run can leave."""
-    if not keep_model:
-        shutil.rmtree(output_dir, ignore_errors=True)
-    shutil.rmtree(output_dir.with_name(output_dir.name + ".incomplete"), ignore_errors=True)
-
-
-def _is_number_or_list(value: Any) -> bool:
-    return isinstance(value, (int, float, list)) and not isinstance(value, bool)
 
 
 def _check_data(train_arguments: list[str], report_dir: Path) -> tuple[str, str, dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pooled_models.sweep.runner import _parser as sweep_parser
+from pooled_models.sweep.command_line import _parser as sweep_parser
 from pooled_models.train.arguments import parser as _parser
 from pooled_models.train.arguments import pooled_config_fields
 

@@ -1,13 +1,14 @@
 """PooledConfig: a backbone's config nested inside, plus the pooling and head settings, validated.
 
 The config holds data, as transformers' own configs do: typed fields (``@strict`` refuses a value of the wrong type,
-or a name no registry holds, when it is set), and one validation of the rules that span fields (``_validate``): the
-settings of parts other than the chosen ones are refused, those of the chosen parts are filled with their defaults
-and checked. Which settings were edited since the last validation (``config.x = y``, or ``from_pretrained(folder,
-x=y)``, which transformers applies with ``setattr`` after building the config) is read from a snapshot of the settings
-as last validated, so that an edit is validated when a model is built from the config, runs or is saved, and a setting
-that the edit left behind (of a pooling no longer chosen) is dropped rather than refused. Loading a config reads no
-tokenizer: the one setting that needs one (the token ids label tokens start from) is resolved when a model is built.
+or a name no registry holds, when it is set), and one validation of the rules that span fields (``_validate``, in
+``config_validation.py``): the settings of parts other than the chosen ones are refused, those of the chosen parts
+are filled with their defaults and checked. Which settings were edited since the last validation (``config.x = y``,
+or ``from_pretrained(folder, x=y)``, which transformers applies with ``setattr`` after building the config) is read
+from a snapshot of the settings as last validated, so that an edit is validated when a model is built from the
+config, runs or is saved, and a setting that the edit left behind (of a pooling no longer chosen) is dropped rather
+than refused. Loading a config reads no tokenizer: the one setting that needs one (the token ids label tokens start
+from) is resolved when a model is built.
 
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
 torch, transformers (and its huggingface_hub) and its sibling model files.
@@ -25,6 +26,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 # that the registries are complete wherever the config is loaded, a trust_remote_code copy included (transformers
 # copies the files a module imports with "from .module import").
 from .compat import BACKBONE_SUB_CONFIGS, backbone_sub_config_defaults, default_backbone_config
+from .config_validation import CHOICES, SettingsValidation
 from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .label_text import LabelTextPooler  # noqa: F401  (registers pooling "label_text")
@@ -32,30 +34,18 @@ from .label_tokens import LABEL_TOKEN_INITS  # also registers pooling "label_tok
 from .layer_pooling import LayerPooler  # noqa: F401  (registers the layer strategies)
 from .losses import MULTI_LABEL_LOSSES
 from .pooling import POOLINGS
-from .problem_types import MULTI_LABEL
 from .registry import Registry
 from .text_config import TextConfigSizes
 from .zero_shot_pipeline import register_zero_shot_pipeline
 
 __all__ = ["PooledConfig", "CHOICES", "SETTINGS", "LOAD_TIME_SETTINGS"]
 
-# Each registry and the setting that picks from it. PooledConfig checks every choice by looping over these.
-CHOICES: tuple[Registry, ...] = (POOLINGS, HEADS, MULTI_LABEL_LOSSES)
 # Settings every head's module reads once, when it is built (besides the chosen parts' own): a built model cannot follow
 # a change of them, so structure() lists them.
 BUILT_WITH = ("classifier_dropout_samples",)
 # Settings read only when a module's parameters are initialised: a built model has no use for them, so they shape
 # nothing (structure() leaves them out) and a change of them takes effect at the next initialisation (re-heading).
 INITIALISATION_ONLY = ("label_token_init", "label_token_init_ids")
-# Settings with one value per label: they no longer fit when the number of labels changes.
-PER_LABEL = (
-    "label_token_init_ids",
-    "label_tokens_per_pass",
-    "label_text_ids",
-    "label_descriptions",
-    "pos_weight",
-    "decision_threshold",
-)
 
 # Keys that make transformers import and run code named by a config. A backbone config nested in ours is
 # always built from transformers' own classes, so none of them is ever kept.
@@ -74,7 +64,7 @@ def registered(registry: Registry, default: str | None):
 
 
 @strict
-class PooledConfig(TextConfigSizes, PreTrainedConfig):
+class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
     r"""
     Configuration of [`PooledModel`] and [`PooledForSequenceClassification`]: any Transformers encoder (or
     decoder) as the backbone, a pooling strategy on top of its hidden states and a classification head.
@@ -285,75 +275,11 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
         self._settle()
 
     # -- validation -----------------------------------------------------------------------------------------
-
-    def _validate(self) -> None:
-        """Every check and default: settings that do not apply refused, those that apply filled in and checked."""
-        self._check_dropout()
-        for registry in CHOICES:
-            self._check_choice(registry)
-        self._check_multi_label()
-        _check_packing(self)
-        _check_embedding_defaults(self)
-        if self.initializer_range is None:
-            self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
+    # The rules and the snapshot edits are read against: SettingsValidation (config_validation.py).
 
     def _settings(self) -> dict[str, Any]:
         """The settings, and the backbone's vocabulary size, which the label tokens' starting ids must fit."""
         return {name: getattr(self, name, None) for name in (*SETTINGS, "vocab_size")}
-
-    def _settle(self, explicit: frozenset[str] | set[str] = frozenset()) -> None:
-        """Validate the settings as they are now, and keep them as the snapshot later edits are read against.
-
-        A new config is validated as given. After edits (the settings that differ from the snapshot, and
-        ``explicit``: the load-time keywords), a setting the edits left behind is dropped: one of another pooling,
-        head or loss than the chosen one, a per-label setting when the number of labels changed, a multi-label setting
-        when the problem is not multi-label. The edited settings are kept, and refused if they do not apply.
-        """
-        previous = self.__dict__.get("_validated")
-        if previous is not None:
-            now = self._settings()
-            edited = {name for name, value in now.items() if value != previous[name]} | set(explicit)
-            labels_changed = len(self.id2label or {}) != len(previous["id2label"] or {})
-            # A smaller vocabulary (resize_token_embeddings, config.vocab_size = n) may leave token ids behind.
-            vocabulary_shrank = "vocab_size" in edited and not _fits_vocabulary(
-                self.label_token_init_ids, now["vocab_size"]
-            )
-            for name in self._left_behind(edited, labels_changed, vocabulary_shrank):
-                setattr(self, name, None)
-            if self.problem_type not in (None, MULTI_LABEL) and "multi_label_loss" not in edited:
-                self.multi_label_loss = "bce"
-            if "id2label" in edited and self.id2label is not None:
-                self.label2id = {label: index for index, label in self.id2label.items()}
-        self._validate()
-        # Private, kept out of config.json (to_dict): the settings as validated, which later edits are read against.
-        self._validated = copy.deepcopy(self._settings())
-
-    def _left_behind(self, edited: set[str], labels_changed: bool, vocabulary_shrank: bool) -> list[str]:
-        chosen: dict[str, Any] = {}
-        for registry in CHOICES:
-            chosen.update(registry.lookup(getattr(self, registry.setting)).options_for(self))
-        stale = {name for registry in CHOICES for name in registry.every_option()} - set(chosen)
-        if labels_changed:
-            stale |= {name for name in PER_LABEL if name != "decision_threshold"}
-            if isinstance(self.decision_threshold, list):
-                stale.add("decision_threshold")  # one threshold for every label still applies
-        if self.problem_type not in (None, MULTI_LABEL):
-            stale |= {"pos_weight", "decision_threshold"} | MULTI_LABEL_LOSSES.every_option()
-        if vocabulary_shrank:
-            stale.add("label_token_init_ids")
-        return sorted(name for name in stale - edited if getattr(self, name, None) is not None)
-
-    @property
-    def has_pending_changes(self) -> bool:
-        """True when settings were changed (``config.x = y``, in place or not) since the config was last validated."""
-        previous = self.__dict__.get("_validated")
-        return previous is not None and previous != self._settings()
-
-    def ensure_valid(self) -> None:
-        """Validate the settings changed since the last validation (a no-op when none were). Building a model from
-        the config, running it and saving it call this."""
-        if self.has_pending_changes:
-            self._settle()
 
     def structure(self) -> dict[str, Any]:
         """The settings a built model's modules depend on: its pooling and head with their settings, and the number
@@ -393,72 +319,6 @@ class PooledConfig(TextConfigSizes, PreTrainedConfig):
         and writes through this method (``resize_token_embeddings`` sets ``vocab_size`` on it)."""
         return self.backbone_config.get_text_config(decoder=decoder, encoder=encoder)
 
-    def _check_choice(self, registry: Registry) -> None:
-        """The part chosen from ``registry``: settings of other parts refused, its own filled in, then checked."""
-        name = getattr(self, registry.setting)
-        part = registry.lookup(name)
-        self._fill_settings(f"{registry.setting}={name!r}", part.options_for(self), registry.every_option())
-        part.check_config(self)
-
-    def _fill_settings(self, owner: str, applicable: dict[str, Any], every: set[str]) -> None:
-        """Reject settings of ``every`` that ``owner`` does not read, fill the ones it reads with their defaults."""
-        for option in sorted(every - set(applicable)):
-            if getattr(self, option, None) is not None:
-                readers = [
-                    reader
-                    for registry in (*CHOICES, LABEL_TOKEN_INITS)
-                    for reader in registry.readers_of(option)
-                ]
-                raise ValueError(
-                    f"{option}={getattr(self, option)!r} does not apply to {owner}; it is a setting of "
-                    f"{', '.join(readers)}. The settings of {owner} are: {', '.join(sorted(applicable)) or 'none'}."
-                )
-        # In declaration order: a default may depend on an earlier setting (label_token_init_ids on label_token_init).
-        for option, default in applicable.items():
-            if getattr(self, option, None) is None:
-                try:
-                    setattr(self, option, default(self) if callable(default) else default)
-                except AttributeError as error:  # a default read off a backbone without that size (Perceiver)
-                    raise ValueError(
-                        f"{option} of {owner} defaults to a size the backbone's config does not have: {error}."
-                    ) from error
-
-    def _check_dropout(self) -> None:
-        if self.classifier_dropout is None:
-            self.classifier_dropout = _backbone_dropout(self.backbone_config)
-        dropout = self.classifier_dropout
-        if not 0 <= dropout < 1:
-            raise ValueError(f"classifier_dropout must be a number in [0, 1), got {dropout!r}.")
-        samples = self.classifier_dropout_samples
-        if samples < 1:
-            raise ValueError(
-                f"classifier_dropout_samples must be an integer >= 1 (1: off, one dropout sample), got {samples!r}."
-            )
-        if samples > 1 and dropout == 0:
-            raise ValueError(
-                f"classifier_dropout_samples={samples} averages the head over dropout samples, but classifier_dropout "
-                "is 0, so every sample would be the same: set classifier_dropout above 0 (e.g. 0.1), or "
-                "classifier_dropout_samples=1."
-            )
-
-    def _check_multi_label(self) -> None:
-        multi_label_only = {"pos_weight": self.pos_weight, "decision_threshold": self.decision_threshold}
-        if self.multi_label_loss != "bce":
-            multi_label_only["multi_label_loss"] = self.multi_label_loss
-        if self.problem_type not in (None, MULTI_LABEL):
-            for name, value in multi_label_only.items():
-                if value is not None:
-                    raise ValueError(
-                        f"{name}={value!r} applies to problem_type={MULTI_LABEL!r} only, "
-                        f"not to {self.problem_type!r}."
-                    )
-        _check_per_label_numbers(
-            "pos_weight", self.pos_weight, self.num_labels, low=0, high=float("inf"), allow_single=False
-        )
-        _check_per_label_numbers(
-            "decision_threshold", self.decision_threshold, self.num_labels, low=0, high=1, allow_single=True
-        )
-
 
 # The settings an edit is read from: PooledConfig's own (the backbone's config is the backbone's), and the label space.
 SETTINGS = frozenset(
@@ -479,52 +339,6 @@ def _serialised(output: dict[str, Any]) -> dict[str, Any]:
     if isinstance(output.get("backbone_config"), dict) and "_name_or_path" in output["backbone_config"]:
         output["backbone_config"]["_name_or_path"] = ""
     return output
-
-
-def _fits_vocabulary(token_ids: list[list[int]] | None, vocab_size: int | None) -> bool:
-    return token_ids is None or vocab_size is None or all(i < vocab_size for ids in token_ids for i in ids)
-
-
-def _check_per_label_numbers(
-    name: str, value: Any, num_labels: int, low: float, high: float, allow_single: bool
-):
-    """``value`` is None, a number in (low, high) when ``allow_single``, or one such number per label."""
-    if value is None:
-        return
-    values = [value] if allow_single and not isinstance(value, list) else value
-    shape = "a number or a list of one number per label" if allow_single else "a list of one number per label"
-    if not isinstance(values, list) or (isinstance(value, list) and len(values) != num_labels):
-        raise ValueError(f"{name} must be {shape} ({num_labels} labels), got {value!r}.")
-    for index, number in enumerate(values):
-        if not low < number < high:
-            where = f"{name}[{index}]" if isinstance(value, list) else name
-            raise ValueError(f"{where} = {number!r} must be a number in ({low}, {high}).")
-
-
-def _check_packing(config) -> None:
-    """The positions of a packed row restart at each text only when they are counted from each text's mask."""
-    if config.packed_batches and not config.position_ids_from_mask:
-        raise ValueError(
-            "packed_batches=True needs position_ids_from_mask=True: each text of a packed row starts again at the "
-            "first position, which the positions counted from its own mask give."
-        )
-
-
-def _check_embedding_defaults(config) -> None:
-    """``encode``'s token limit is a positive integer or unset."""
-    limit = config.embedding_max_length
-    if limit is not None and limit < 1:
-        raise ValueError(
-            f"embedding_max_length must be an integer >= 1 or None (the tokenizer's), got {limit!r}."
-        )
-
-
-def _backbone_dropout(backbone_config: PreTrainedConfig) -> float:
-    for name in ("classifier_dropout", "hidden_dropout_prob", "hidden_dropout", "dropout"):
-        value = getattr(backbone_config, name, None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    return 0.1
 
 
 def _clean_backbone_config(backbone_config: Any) -> PreTrainedConfig | None:

@@ -10,17 +10,23 @@ side by side in one ``[tokens, k * hidden]`` tensor.
 - Llama, Qwen2, Qwen3, Gemma 3's text model: vLLM's own decoder, whose forward gives the final-norm states of the last
   layer. A layer pooling sets vLLM's aux-hidden-state hook (``EagleModelMixin.aux_hidden_state_layers``, what Eagle-3
   speculative decoding reads), which returns the residual stream after the chosen layers (index 0: the embeddings).
+
+vLLM's classes are imported when a family builds its model, so that the transformers route (and the package's tests of
+it) runs where vLLM is not installed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from vllm.config import VllmConfig
 
 from .routes import VLLM_ENCODERS, kernel_architecture
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
 
 __all__ = ["Backbone", "backbone_for"]
 
@@ -135,10 +141,11 @@ class DecoderBackbone(Backbone):
 
     def load_weights(self, module, weights):
         if self.model_type == "gemma3":
-            # Gemma 3's composite model holds its text model under language_model; the vision tower and projector
-            # have no place in vLLM's text model, and a text classifier never runs them.
+            # Gemma 3's composite model holds its text model under language_model (transformers saves it as
+            # language_model.model.*, its older layout); the vision tower and projector have no place in vLLM's text
+            # model, and a text classifier never runs them.
             weights = (
-                (name.removeprefix("language_model."), tensor)
+                (name.removeprefix("language_model.").removeprefix("model."), tensor)
                 for name, tensor in weights
                 if name.startswith("language_model.")
             )

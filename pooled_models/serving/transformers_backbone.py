@@ -60,6 +60,7 @@ class TransformersBackbone(Backbone):
         # A pooled model (pooler included, never run) lends its run_backbone; only its backbone is a submodule of the
         # served model, so vLLM loads and places exactly the backbone's parameters.
         self.pooled = PooledModel(self.pooled_config).eval()
+        self.checkpoint, self.dtype = vllm_config.model_config.model, vllm_config.model_config.dtype
         module = self.pooled.backbone
         if pools_the_sequence(module):
             raise ValueError(
@@ -101,9 +102,17 @@ class TransformersBackbone(Backbone):
     def load_weights(self, module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         state = dict(weights)
         result = module.load_state_dict(state, strict=False)
-        if result.unexpected_keys:
-            raise ValueError(
-                f"the checkpoint holds backbone weights {type(module).__name__} has no place for: "
-                f"{sorted(result.unexpected_keys)}"
-            )
-        return set(state)
+        missing = set(result.missing_keys) - self._tied(module)
+        if result.unexpected_keys or missing:
+            # transformers saves some types in an older key layout that its loader converts (Gemma 3's composite
+            # model, fused experts): load the backbone as transformers loads it, from the checkpoint itself.
+            loaded = PooledModel.from_pretrained(self.checkpoint, config=self.pooled_config, dtype=self.dtype)
+            module.load_state_dict(loaded.backbone.state_dict(), strict=True)
+        return set(module.state_dict())
+
+    @staticmethod
+    def _tied(module) -> set[str]:
+        """The names of parameters that share their tensor with another name (saved once, under that name)."""
+        names = dict(module.named_parameters(remove_duplicate=False))
+        first = {id(parameter): name for name, parameter in reversed(list(names.items()))}
+        return {name for name, parameter in names.items() if first[id(parameter)] != name}

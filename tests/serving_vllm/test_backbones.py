@@ -75,7 +75,9 @@ BACKBONES = {
     "electra": lambda ids: ElectraConfig(**LAYERS, **ids, embedding_size=32, max_position_embeddings=128),
     "mpnet": lambda ids: MPNetConfig(**LAYERS, **ids, max_position_embeddings=130),
     "albert": lambda ids: AlbertConfig(**LAYERS, **ids, embedding_size=32, max_position_embeddings=128),
-    "funnel": lambda ids: FunnelConfig(d_model=64, n_head=2, d_head=32, d_inner=96, block_sizes=[1, 1], **ids),
+    "funnel": lambda ids: FunnelConfig(
+        d_model=64, n_head=2, d_head=32, d_inner=96, block_sizes=[1, 1], **ids
+    ),
 }
 ALL_LAYERS = {"layer_start": 0}  # a layer pooling over every hidden state, the embedding output included
 # case -> (backbone, pooling, settings, the route that serves it: vLLM's class name or "transformers")
@@ -118,11 +120,15 @@ def tokenizer(minilm_path):
 
 def save(folder, tokenizer, backbone: str, pooling: str, **settings):
     ids = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
-    config = PooledConfig(backbone_config=BACKBONES[backbone](ids), pooling=pooling, id2label=LABELS, **settings)
+    config = PooledConfig(
+        backbone_config=BACKBONES[backbone](ids), pooling=pooling, id2label=LABELS, **settings
+    )
     torch.manual_seed(0)
     model = PooledForSequenceClassification(config).eval()
     generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # random, not initial, pooler and head weights (layer weights start equal, biases at 0)
+    with (
+        torch.no_grad()
+    ):  # random, not initial, pooler and head weights (layer weights start equal, biases at 0)
         for name, parameter in model.named_parameters():
             if not name.startswith("backbone."):
                 parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))

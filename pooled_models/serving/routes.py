@@ -22,6 +22,7 @@ __all__ = [
     "VLLM_KERNELS",
     "AUX_HIDDEN_STATE_DECODERS",
     "RUN_ALONE",
+    "TRANSFORMERS_ROUTE_REFUSED",
     "TRANSFORMERS",
     "kernel_architecture",
     "route",
@@ -49,10 +50,17 @@ AUX_HIDDEN_STATE_DECODERS = ("llama", "qwen2", "qwen3")
 # The BERT family's vLLM embedding adds absolute position embeddings only (vllm/model_executor/models/bert.py).
 _ABSOLUTE_POSITIONS_ONLY = ("bert", "roberta", "xlm-roberta", "camembert")
 
-# Backbones whose token states move with padding (a convolution or segment means over the padded sequence): the
-# transformers route runs each request alone, unpadded, as pipeline(...) runs one text (the same list as
-# tests/modeling/test_architectures.py's STATES_MOVE_WITH_PADDING).
-RUN_ALONE = ("canine", "convbert", "nystromformer")
+# Backbones whose token states move with padding: the transformers route runs each request alone, unpadded, as
+# pipeline(...) runs one text. ConvBERT's convolution and Nystromformer's landmarks read the padded sequence
+# (tests/modeling/test_architectures.py's STATES_MOVE_WITH_PADDING); FNet's Fourier mixing takes no mask; YOSO's
+# hashed attention moves by about 0.04 with three padding tokens.
+RUN_ALONE = ("convbert", "nystromformer", "fnet", "yoso")
+# Backbones the transformers route refuses, with the reason (support.refusal says it at load).
+TRANSFORMERS_ROUTE_REFUSED = {
+    "canine": "CanineModel downsamples the characters with a strided convolution, which fails in transformers itself "
+    "on a text shorter than its downsampling rate (an error that would stop vLLM's engine for every request), and "
+    "its states move with padding",
+}
 
 TRANSFORMERS = "transformers"
 

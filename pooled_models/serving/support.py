@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..modeling.backbone import SEQUENCE_BASE_MODELS
 from ..modeling.pooling import POOLINGS, Pooler
-from .routes import VLLM_DECODERS, VLLM_ENCODERS
+from .routes import TRANSFORMERS_ROUTE_REFUSED, VLLM_DECODERS, VLLM_ENCODERS
 
 __all__ = [
     "ALTERNATIVES",
@@ -74,6 +74,8 @@ def refusal(config, architecture: str) -> str | None:
             "tokens, and vLLM's pooler receives one state per scheduled token. Instead, "
             f"{ALTERNATIVES}."
         )
+    if model_type in TRANSFORMERS_ROUTE_REFUSED:
+        return f"{prefix} with a {model_type!r} backbone: {TRANSFORMERS_ROUTE_REFUSED[model_type]}. Instead, {ALTERNATIVES}."
     pooling_class = POOLINGS.lookup(config.pooling)
     if pooling_class.encode is not Pooler.encode:
         return (

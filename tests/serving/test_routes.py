@@ -15,7 +15,13 @@ from safetensors.torch import load_file
 
 from pooled_models import PooledConfig, PooledForSequenceClassification
 from pooled_models.modeling.backbone import SEQUENCE_BASE_MODELS
-from pooled_models.serving.routes import TRANSFORMERS, VLLM_KERNELS, kernel_architecture, route
+from pooled_models.serving.routes import (
+    TRANSFORMERS,
+    TRANSFORMERS_ROUTE_REFUSED,
+    VLLM_KERNELS,
+    kernel_architecture,
+    route,
+)
 from pooled_models.serving.support import refusal
 
 CLASSIFIER = "PooledForSequenceClassification"
@@ -26,8 +32,8 @@ TRAINED = [t for t in SEQUENCE_TYPES if t not in BUILT_IN_FAILS and REFUSED.get(
 def test_every_trained_type_is_served_by_a_route_or_refused_by_name(model_type):
     config = PooledConfig(backbone_config=tiny_config(model_type), pooling="mean", num_labels=3)
     message = refusal(config, CLASSIFIER)
-    if model_type in SEQUENCE_BASE_MODELS:
-        assert message is not None and "fewer states than input tokens" in message and "pipeline(" in message
+    if model_type in SEQUENCE_BASE_MODELS or model_type in TRANSFORMERS_ROUTE_REFUSED:
+        assert message is not None and f"{model_type!r} backbone" in message and "pipeline(" in message
         return
     assert message is None
     backbone_type = config.backbone_config.model_type  # gpt-sw3's config is GPT-2's
@@ -54,8 +60,8 @@ def test_what_vllm_kernels_do_not_reproduce_goes_through_transformers():
 
 
 # A sample of what the transformers route meets: an encoder-decoder's encoder (T5, BART), relative positions
-# (DeBERTa-v2, XLNet), fused experts that transformers saves in an older layout (Mixtral), a backbone run request by
-# request (ConvBERT's states move with padding), a layer pooling.
+# (DeBERTa-v2, XLNet), fused experts that transformers saves in an older layout (Mixtral), backbones run request by
+# request (ConvBERT's and FNet's states move with padding), a layer pooling.
 SAMPLE = {
     "distilbert": "mean",
     "deberta-v2": "cls",
@@ -64,6 +70,7 @@ SAMPLE = {
     "xlnet": "mean",
     "mixtral": "last_token",
     "convbert": "max",
+    "fnet": "mean",
     "electra": "weighted_layer",
 }
 

@@ -58,7 +58,9 @@ def test_what_vllm_kernels_do_not_reproduce_goes_through_transformers():
     assert route(tiny_config("gemma3_text"), layers)[0] == TRANSFORMERS  # vLLM's Gemma 3 has no such hook
     assert kernel_architecture(tiny_config("modernbert"), layers) == "ModernBertModel"
     bidirectional = tiny_config("gemma3_text")
-    bidirectional.use_bidirectional_attention = True  # EmbeddingGemma's: vLLM's Gemma 3 reads is_causal instead
+    bidirectional.use_bidirectional_attention = (
+        True  # EmbeddingGemma's: vLLM's Gemma 3 reads is_causal instead
+    )
     assert route(bidirectional, None)[0] == TRANSFORMERS
 
 

@@ -12,6 +12,10 @@ every model type where vLLM is not installed, and the plugin (``serving/model.py
   with ``position_embedding_type='relative_key'``, a layer pooling on Gemma 3). The checkpoint's own transformers
   backbone runs over each request's tokens, padded from vLLM's flattened batch: exact, but without vLLM's paged
   attention kernels (docs/serving.md gives what it costs).
+
+GTE and Nomic BERT stay on the transformers route: vLLM's ``bert_with_rope.py`` serves the remote-code checkpoints
+(its config hooks assert ``NewConfig`` / ``NomicBertConfig``, its weights are fused), not transformers' own ``gte`` and
+``nomic_bert`` types that the package builds.
 """
 
 from __future__ import annotations

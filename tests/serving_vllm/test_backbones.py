@@ -26,9 +26,18 @@ from transformers import (
     Qwen3Config,
     XLMRobertaConfig,
 )
-from vllm_helpers import LABELS, TEXTS, TOLERANCE, Server, classify, offline_engine, transformers_logits
+from vllm_helpers import (
+    LABELS,
+    TEXTS,
+    TOLERANCE,
+    Server,
+    classify,
+    embed,
+    offline_engine,
+    transformers_logits,
+)
 
-from pooled_models import PooledConfig, PooledForSequenceClassification
+from pooled_models import PooledConfig, PooledForSequenceClassification, PooledModel
 
 LAYERS = {"hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 96}
 DECODER = {**LAYERS, "num_key_value_heads": 2, "head_dim": 32, "max_position_embeddings": 128}
@@ -154,6 +163,18 @@ def test_every_backbone_classifies_as_transformers(case, tokenizer, tmp_path):
         served = classify(llm)
     torch.testing.assert_close(served_logits, logits, atol=TOLERANCE, rtol=0)
     torch.testing.assert_close(served, logits.softmax(-1), atol=TOLERANCE, rtol=0)
+
+
+def test_an_mpnet_embedder_serves_its_normalised_embeddings(tokenizer, tmp_path):
+    """all-mpnet-base-v2's backbone, as a sentence embedder: the transformers route through LLM.embed."""
+    ids = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
+    config = PooledConfig(backbone_config=BACKBONES["mpnet"](ids), pooling="mean", normalize_embeddings=True)
+    torch.manual_seed(0)
+    PooledModel(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    expected = torch.nn.functional.normalize(transformers_logits(tmp_path), dim=-1)
+    with offline_engine(tmp_path) as llm:
+        torch.testing.assert_close(embed(llm), expected, atol=TOLERANCE, rtol=0)
 
 
 def test_the_transformers_route_serves_over_http(tokenizer, tmp_path):

@@ -9,7 +9,8 @@ side by side in one ``[tokens, k * hidden]`` tensor.
 - ModernBERT: vLLM's ``ModernBertModel``, its layers looped likewise; its last hidden state is after the final norm.
 - Llama, Qwen2, Qwen3, Gemma 3's text model: vLLM's own decoder, whose forward gives the final-norm states of the last
   layer. A layer pooling sets vLLM's aux-hidden-state hook (``EagleModelMixin.aux_hidden_state_layers``, what Eagle-3
-  speculative decoding reads), which returns the residual stream after the chosen layers (index 0: the embeddings).
+  speculative decoding reads), which returns the residual stream after the chosen layers (index 0: the embeddings);
+  Gemma 3's model has no such hook, so its layers are looped here.
 
 vLLM's classes are imported when a family builds its model, so that the transformers route (and the package's tests of
 it) runs where vLLM is not installed.
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .routes import VLLM_ENCODERS, kernel_architecture
+from .routes import AUX_HIDDEN_STATE_DECODERS, VLLM_ENCODERS, kernel_architecture
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -125,18 +126,31 @@ class DecoderBackbone(Backbone):
 
     def build(self, vllm_config, prefix):
         module = super().build(vllm_config, prefix)
-        if self.layers is not None:
+        if self.layers is not None and self.model_type in AUX_HIDDEN_STATE_DECODERS:
             last = self.backbone_config().num_hidden_layers
             module._set_aux_hidden_state_layers(tuple(index for index in self.layers if index != last))
         return module
 
     def run(self, module, input_ids, positions):
+        if self.layers is not None and self.model_type not in AUX_HIDDEN_STATE_DECODERS:
+            return self._loop_layers(module, input_ids, positions)
         output = module(input_ids=input_ids, positions=positions, intermediate_tensors=None)
         if self.layers is None:
             return output
         last_hidden, aux = output if isinstance(output, tuple) else (output, [])
         states = dict(zip(module.aux_hidden_state_layers, aux, strict=True))
         states[self.backbone_config().num_hidden_layers] = last_hidden
+        return self._side_by_side(states)
+
+    def _loop_layers(self, module, input_ids, positions):
+        """Gemma 3's vLLM model has no aux-hidden-state hook: its layers run here, each giving the residual stream as
+        the pair (output, residual) of vLLM's fused add-norm, whose sum is transformers' hidden_states[i]."""
+        hidden, residual = module.embed_input_ids(input_ids), None
+        states = {0: hidden}
+        for index, layer in enumerate(module.layers, start=1):
+            hidden, residual = layer(positions, hidden, residual)
+            states[index] = hidden + residual
+        states[len(module.layers)] = module.norm(hidden, residual)[0]
         return self._side_by_side(states)
 
     def load_weights(self, module, weights):

@@ -6,10 +6,11 @@ every model type where vLLM is not installed, and the plugin (``serving/model.py
 - **vLLM's kernels** (``serving/backbones.py``) where vLLM 0.32 implements the backbone and gives the hidden states the
   pooling reads exactly as transformers does: BERT and the RoBERTa family (absolute positions), ModernBERT, Llama,
   Qwen2, Qwen3 and Gemma 3's text model. Layer poolings loop an encoder's layers, or take a decoder's chosen layers
-  through vLLM's own aux-hidden-state hook (``EagleModelMixin``); Gemma 3's vLLM model has no such hook.
+  through vLLM's own aux-hidden-state hook (``EagleModelMixin``); Gemma 3's vLLM model has no such hook, and its layers
+  are looped too.
 - **The transformers route** (``serving/transformers_backbone.py``) for every other backbone the package builds:
   DistilBERT, DeBERTa-v2/v3, ELECTRA, MPNet, ALBERT..., and what the kernels above do not reproduce exactly (BERT
-  with ``position_embedding_type='relative_key'``, a layer pooling on Gemma 3). The checkpoint's own transformers
+  with ``position_embedding_type='relative_key'``). The checkpoint's own transformers
   backbone runs over each request's tokens, padded from vLLM's flattened batch: exact, but without vLLM's paged
   attention kernels (docs/serving.md gives what it costs).
 
@@ -50,6 +51,7 @@ VLLM_DECODERS = {
 VLLM_KERNELS = {**VLLM_ENCODERS, **VLLM_DECODERS}
 # Decoders whose vLLM model carries EagleModelMixin's aux-hidden-state hook (vllm/model_executor/models/interfaces.py):
 # its forward also returns the residual stream after the layers it is told, which is transformers' hidden_states[i].
+# (Gemma 3's has none: backbones.py loops its layers for a layer pooling.)
 AUX_HIDDEN_STATE_DECODERS = ("llama", "qwen2", "qwen3")
 # The BERT family's vLLM embedding adds absolute position embeddings only (vllm/model_executor/models/bert.py).
 _ABSOLUTE_POSITIONS_ONLY = ("bert", "roberta", "xlm-roberta", "camembert")
@@ -86,8 +88,6 @@ def _kernel_misses(backbone_config, layers: list[int] | None) -> str | None:
     text = _text_config(backbone_config)
     if model_type in ("gemma3", "gemma3_text") and getattr(text, "use_bidirectional_attention", False):
         return "vLLM's Gemma 3 reads is_causal, not transformers' use_bidirectional_attention"
-    if layers is not None and model_type in VLLM_DECODERS and model_type not in AUX_HIDDEN_STATE_DECODERS:
-        return f"vLLM's {VLLM_KERNELS[model_type]} returns the last layer only (no aux-hidden-state hook)"
     return None
 
 

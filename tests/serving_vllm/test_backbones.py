@@ -1,6 +1,6 @@
 """Every backbone family the plugin serves, against transformers in float32 (1e-4): vLLM's own kernels (ModernBERT,
 Qwen3, Gemma 3, Llama, Qwen2, XLM-RoBERTa, CamemBERT) and the transformers route (DistilBERT, DeBERTa-v3, ELECTRA,
-MPNet, ALBERT, BERT with relative positions, a layer pooling on Gemma 3), with token and layer poolings; one of them
+MPNet, ALBERT, BERT with relative positions), with token and layer poolings; one of them
 over HTTP; and the refusal of a backbone whose states are fewer than its tokens. Each case builds one engine on one
 tiny random checkpoint (attention head size 32, what vLLM's CPU attention takes) and checks which route served it."""
 
@@ -109,8 +109,8 @@ CASES = {
     "qwen2-mean": ("qwen2", "mean", {}, "Qwen2Model"),
     "gemma3_text-mean": ("gemma3_text", "mean", {}, "Gemma3Model"),
     "gemma3-last_token": ("gemma3", "last_token", {}, "Gemma3Model"),
-    "gemma3_text-lstm": ("gemma3_text", "lstm", {"layer_token_pooling": "mean"}, "transformers"),
-    "gemma3-weighted_layer": ("gemma3", "weighted_layer", ALL_LAYERS, "transformers"),
+    "gemma3_text-lstm": ("gemma3_text", "lstm", {"layer_token_pooling": "mean"}, "Gemma3Model"),
+    "gemma3-weighted_layer": ("gemma3", "weighted_layer", ALL_LAYERS, "Gemma3Model"),
     "xlm-roberta-cls": ("xlm-roberta", "cls", {}, "XLMRobertaModel"),
     "camembert-weighted_layer": ("camembert", "weighted_layer", ALL_LAYERS, "CamembertModel"),
     "bert-relative_key-mean": ("bert-relative_key", "mean", {}, "transformers"),

@@ -2,12 +2,13 @@
 
 For the backbones vLLM 0.32 does not implement (DistilBERT, DeBERTa-v2/v3, ELECTRA, MPNet, ALBERT...), and for what its
 kernels do not reproduce exactly (``routes.py``). Why not vLLM's Transformers backend
-(``vllm/model_executor/models/transformers/``): it builds only models whose attention goes through transformers'
-``ALL_ATTENTION_FUNCTIONS`` (``is_backend_compatible``: ``model._supports_attention_backend``), which DistilBERT,
-DeBERTa-v2, MPNet and most encoders of the package's list do not declare, and it replaces every attention module
-with vLLM's ``Attention``, whose kernels have no relative positions (DeBERTa's disentangled attention, T5's bias).
-Here the backbone is the same module as in transformers, loaded from the checkpoint's weights, so its states are
-transformers' own.
+(``vllm/model_executor/models/transformers/``): its registry takes a model only where
+``is_backend_compatible()`` (transformers' ``_supports_attention_backend``) holds, which DeBERTa-v2, MPNet, XLNet, T5
+and others do not declare (vllm/model_executor/models/registry.py: "The Transformers implementation of ... is not
+compatible with vLLM"); where it holds (DistilBERT, ELECTRA, ALBERT), the backend swaps the model's attention, linear
+and embedding layers for vLLM's own and builds a whole model around vLLM's poolers, not a backbone under the pooled
+model's own pooler and head. One route for every type, the very module transformers runs, is what stays exact: the
+backbone here is the checkpoint's own transformers backbone, loaded from its weights, so its states are transformers'.
 
 What vLLM asks of a model without vLLM ``Attention`` layers: nothing more. Its KV-cache spec is empty, so the engine
 allocates no cache (``vllm/v1/engine/core.py``: "Attention free models don't need memory for kv cache") and builds no

@@ -12,9 +12,9 @@ backbone here is the checkpoint's own transformers backbone, loaded from its wei
 
 What vLLM asks of a model without vLLM ``Attention`` layers: nothing more. Its KV-cache spec is empty, so the engine
 allocates no cache (``vllm/v1/engine/core.py``: "Attention free models don't need memory for kv cache"), and the
-forward reads no attention metadata. The pooled model still declares CLS as its default pooling (``serving/model.py``), so vLLM's
-``ModelConfig.attn_type`` is "encoder_only": no chunked prefill, no prefix caching, every prompt scheduled whole in one
-step. So each request's tokens are a run of positions 0, 1, ... n-1 in the flattened batch: the run starts where the
+forward reads no attention metadata. The pooled model still declares CLS as its default pooling
+(``serving/model.py``), so vLLM's ``ModelConfig.attn_type`` is "encoder_only": no chunked prefill, no prefix caching
+(``ModelConfig.is_prefix_caching_supported``), every prompt scheduled whole in one step. So each request's tokens are a run of positions 0, 1, ... n-1 in the flattened batch: the run starts where the
 position is 0, which is how this module splits the batch back into requests (and checks that each run counts up).
 
 Cost: the backbone runs padded (the longest request of the step sets the width), with transformers' attention rather

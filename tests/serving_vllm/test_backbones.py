@@ -1,8 +1,8 @@
 """Every backbone family the plugin serves, against transformers in float32 (1e-4): vLLM's own kernels (ModernBERT,
 Qwen3, Gemma 3, Llama, Qwen2, XLM-RoBERTa, CamemBERT) and the transformers route (DistilBERT, DeBERTa-v3, ELECTRA,
-MPNet, ALBERT, BERT with relative positions), with token and layer poolings; one of them
-over HTTP; and the refusal of a backbone whose states are fewer than its tokens. Each case builds one engine on one
-tiny random checkpoint (attention head size 32, what vLLM's CPU attention takes) and checks which route served it."""
+MPNet, ALBERT, BERT with relative positions), with token and layer poolings; one of them over HTTP; and the refusals
+of Funnel and CANINE by name. Each case builds one engine on one tiny random checkpoint (attention head size 32, what
+vLLM's CPU attention takes) and checks which route served it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from transformers import (
     AutoTokenizer,
     BertConfig,
     CamembertConfig,
+    CanineConfig,
     DebertaV2Config,
     DistilBertConfig,
     ElectraConfig,
@@ -84,6 +85,7 @@ BACKBONES = {
     "electra": lambda ids: ElectraConfig(**LAYERS, **ids, embedding_size=32, max_position_embeddings=128),
     "mpnet": lambda ids: MPNetConfig(**LAYERS, **ids, max_position_embeddings=130),
     "albert": lambda ids: AlbertConfig(**LAYERS, **ids, embedding_size=32, max_position_embeddings=128),
+    "canine": lambda ids: CanineConfig(**LAYERS, num_hash_buckets=64, max_position_embeddings=256),
     "funnel": lambda ids: FunnelConfig(
         d_model=64, n_head=2, d_head=32, d_inner=96, block_sizes=[1, 1], **ids
     ),
@@ -187,10 +189,15 @@ def test_the_transformers_route_serves_over_http(tokenizer, tmp_path):
     assert [item["label"] for item in answer["data"]] == [LABELS[int(i)] for i in expected.argmax(-1)]
 
 
-def test_a_backbone_with_fewer_states_than_tokens_is_refused_by_name(tokenizer, tmp_path):
-    folder = save(tmp_path, tokenizer, "funnel", "mean")
+# Refused at load by name: (backbone, what the message must say).
+REFUSED = {"funnel": "FunnelBaseModel gives fewer states", "canine": "downsamples the characters"}
+
+
+@pytest.mark.parametrize("backbone", sorted(REFUSED))
+def test_funnel_and_canine_are_refused_by_name(backbone, tokenizer, tmp_path):
+    folder = save(tmp_path, tokenizer, backbone, "mean")
     with pytest.raises(ValueError, match="pooled_models' vLLM plugin cannot serve") as refused:
         with offline_engine(folder):
             pass
     message = str(refused.value)
-    assert "'funnel' backbone" in message and "FunnelBaseModel" in message and "pipeline" in message
+    assert f"{backbone!r} backbone" in message and REFUSED[backbone] in message and "pipeline" in message

@@ -1,99 +1,144 @@
-"""vLLM's own implementations of the backbones the plugin serves: how to build one, run it, and load its weights.
+"""How the plugin builds, runs and loads a pooled checkpoint's backbone: vLLM's own implementation where it is exact
+(``routes.kernel_architecture``), else the checkpoint's transformers module (``transformers_backbone.py``).
 
-An encoder (BERT and the RoBERTa family) is vLLM's ``BertModel``; the plugin runs its embeddings and layers itself so
-that a layer pooling gets every hidden state it reads (``hidden_states[0]`` the embedding output, ``[i]`` layer i's
-output, as transformers numbers them), side by side in one ``[tokens, k * hidden]`` tensor. A decoder is vLLM's own
-``LlamaModel`` or ``Qwen2Model``, whose forward gives the last layer after its final norm (transformers'
-``last_hidden_state``).
+Every family's ``run`` returns ``[tokens, hidden]`` (transformers' ``last_hidden_state``), or for a layer pooling the
+states it reads (``hidden_states[0]`` the embedding output, ``[i]`` layer i's output, as transformers numbers them)
+side by side in one ``[tokens, k * hidden]`` tensor.
+
+- BERT and the RoBERTa family: vLLM's ``BertModel``; the plugin runs its embeddings and layers itself for a layer pooling.
+- ModernBERT: vLLM's ``ModernBertModel``, its layers looped likewise; its last hidden state is after the final norm.
+- Llama, Qwen2, Qwen3, Gemma 3's text model: vLLM's own decoder, whose forward gives the final-norm states of the last
+  layer. A layer pooling sets vLLM's aux-hidden-state hook (``EagleModelMixin.aux_hidden_state_layers``, what Eagle-3
+  speculative decoding reads), which returns the residual stream after the chosen layers (index 0: the embeddings);
+  Gemma 3's model has no such hook, so its layers are looped here.
+
+vLLM's classes are imported when a family builds its model, so that the transformers route (and the package's tests of
+it) runs where vLLM is not installed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-from vllm.config import VllmConfig
+from .backbone_base import Backbone
+from .routes import AUX_HIDDEN_STATE_DECODERS, VLLM_ENCODERS, kernel_architecture
+from .transformers_backbone import TransformersBackbone
 
-from .support import DECODER_BACKBONES, ENCODER_BACKBONES
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["Backbone", "backbone_for"]
 
-# The class vLLM gives each backbone architecture; the backbone's vllm_config names it.
-_ARCHITECTURES = {
-    "bert": "BertModel",
-    "roberta": "RobertaModel",
-    "xlm-roberta": "XLMRobertaModel",
-    "camembert": "CamembertModel",
-    "llama": "LlamaModel",
-    "qwen2": "Qwen2Model",
-}
 
-
-class Backbone:
-    """One family's way to build, run and load vLLM's implementation of a backbone."""
-
-    def build(self, vllm_config: VllmConfig, prefix: str) -> nn.Module:
-        raise NotImplementedError
-
-    def run(
-        self, module: nn.Module, input_ids: torch.Tensor, positions: torch.Tensor, layers: list[int] | None
-    ) -> torch.Tensor:
-        """``[tokens, hidden]`` (the last layer), or the states of ``layers`` concatenated on the last dimension."""
-        raise NotImplementedError
-
-    def load_weights(self, module: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        """Load the checkpoint's backbone weights (names as transformers saves them); the parameters loaded."""
-        return set(module.load_weights(weights))
-
-
-class EncoderBackbone(Backbone):
+class BertFamilyBackbone(Backbone):
     """vLLM's BertModel, with RoBERTa's position offset (padding_idx + 1) for the RoBERTa family."""
-
-    def __init__(self, roberta_positions: bool):
-        self.roberta_positions = roberta_positions
 
     def build(self, vllm_config, prefix):
         from vllm.model_executor.models.bert import BertEmbedding, BertModel
         from vllm.model_executor.models.roberta import RobertaEmbedding
 
-        embedding_class = RobertaEmbedding if self.roberta_positions else BertEmbedding
-        return BertModel(vllm_config=vllm_config, prefix=prefix, embedding_class=embedding_class)
+        config = vllm_config.with_hf_config(self.backbone_config(), architectures=[self.architecture])
+        embedding_class = BertEmbedding if self.model_type == "bert" else RobertaEmbedding
+        return BertModel(vllm_config=config, prefix=prefix, embedding_class=embedding_class)
 
-    def run(self, module, input_ids, positions, layers):
+    def run(self, module, input_ids, positions):
         hidden = module.embeddings(input_ids=input_ids, position_ids=positions)
-        if layers is None:
+        if self.layers is None:
             return module.encoder(hidden)
-        states = [hidden]
-        for layer in module.encoder.layer:
+        states = {0: hidden}
+        for index, layer in enumerate(module.encoder.layer, start=1):
             hidden = layer(hidden)
-            states.append(hidden)
-        return torch.cat([states[index] for index in layers], dim=-1)
+            states[index] = hidden
+        return self._side_by_side(states)
+
+
+class ModernBertBackbone(Backbone):
+    """vLLM's ModernBertModel. Transformers' ModernBERT ends with a final norm, which its last hidden state (the
+    last entry of hidden_states too) includes."""
+
+    def model_class(self):
+        from vllm.model_executor.models.modernbert import ModernBertModel
+
+        return ModernBertModel
+
+    def run(self, module, input_ids, positions):
+        if self.layers is None:
+            return module(input_ids=input_ids, positions=positions)
+        hidden = module.embeddings(input_ids=input_ids)
+        states = {0: hidden}
+        layers = module.encoder_layer.layers
+        for index, layer in enumerate(layers, start=1):
+            hidden = layer(hidden, positions)
+            states[index] = hidden
+        states[len(layers)] = module.final_norm(hidden)
+        return self._side_by_side(states)
 
 
 class DecoderBackbone(Backbone):
-    """vLLM's own decoder model (Llama, Qwen2): its forward gives the final-norm states of the last layer."""
+    """vLLM's own decoder. For a layer pooling, its aux-hidden-state hook returns the layers before the last; the last
+    (transformers' last hidden state) is the forward's own output, after the final norm."""
 
-    def __init__(self, model_type: str):
-        self.model_type = model_type
-
-    def build(self, vllm_config, prefix):
+    def model_class(self):
         if self.model_type == "llama":
             from vllm.model_executor.models.llama import LlamaModel as model_class
-        else:
+        elif self.model_type == "qwen2":
             from vllm.model_executor.models.qwen2 import Qwen2Model as model_class
-        return model_class(vllm_config=vllm_config, prefix=prefix)
+        elif self.model_type == "qwen3":
+            from vllm.model_executor.models.qwen3 import Qwen3Model as model_class
+        else:
+            from vllm.model_executor.models.gemma3 import Gemma3Model as model_class
+        return model_class
 
-    def run(self, module, input_ids, positions, layers):
-        if layers is not None:  # support.refusal refuses layer poolings on decoders before anything is built
-            raise ValueError("layer poolings are not served on decoder backbones")
-        return module(input_ids=input_ids, positions=positions, intermediate_tensors=None)
+    def build(self, vllm_config, prefix):
+        module = super().build(vllm_config, prefix)
+        if self.layers is not None and self.model_type in AUX_HIDDEN_STATE_DECODERS:
+            last = self.backbone_config().num_hidden_layers
+            module._set_aux_hidden_state_layers(tuple(index for index in self.layers if index != last))
+        return module
+
+    def run(self, module, input_ids, positions):
+        if self.layers is not None and self.model_type not in AUX_HIDDEN_STATE_DECODERS:
+            return self._loop_layers(module, input_ids, positions)
+        output = module(input_ids=input_ids, positions=positions, intermediate_tensors=None)
+        if self.layers is None:
+            return output
+        last_hidden, aux = output if isinstance(output, tuple) else (output, [])
+        states = dict(zip(module.aux_hidden_state_layers, aux, strict=True))
+        states[self.backbone_config().num_hidden_layers] = last_hidden
+        return self._side_by_side(states)
+
+    def _loop_layers(self, module, input_ids, positions):
+        """Gemma 3's vLLM model has no aux-hidden-state hook: its layers run here, each giving the residual stream as
+        the pair (output, residual) of vLLM's fused add-norm, whose sum is transformers' hidden_states[i]."""
+        hidden, residual = module.embed_input_ids(input_ids), None
+        states = {0: hidden}
+        for index, layer in enumerate(module.layers, start=1):
+            hidden, residual = layer(positions, hidden, residual)
+            states[index] = hidden + residual
+        states[len(module.layers)] = module.norm(hidden, residual)[0]
+        return self._side_by_side(states)
+
+    def load_weights(self, module, weights):
+        if self.model_type == "gemma3":
+            # Gemma 3's composite model holds its text model under language_model (transformers saves it as
+            # language_model.model.*, its older layout); the vision tower and projector have no place in vLLM's text
+            # model, and a text classifier never runs them.
+            weights = (
+                (name.removeprefix("language_model.").removeprefix("model."), tensor)
+                for name, tensor in weights
+                if name.startswith("language_model.")
+            )
+        return super().load_weights(module, weights)
 
 
-def backbone_for(model_type: str) -> tuple[Backbone, str]:
-    """The family of a backbone model type, and the architecture name vLLM knows it by."""
-    if model_type in ENCODER_BACKBONES:
-        return EncoderBackbone(roberta_positions=model_type != "bert"), _ARCHITECTURES[model_type]
-    if model_type in DECODER_BACKBONES:
-        return DecoderBackbone(model_type), _ARCHITECTURES[model_type]
-    raise ValueError(f"no vLLM backbone for model type {model_type!r}")
+def backbone_for(pooled_config, layers: list[int] | None) -> Backbone:
+    """The family that serves this pooled config's backbone exactly, for a pooling reading ``layers``."""
+    architecture = kernel_architecture(pooled_config.backbone_config, layers)
+    model_type = pooled_config.backbone_config.model_type
+    if architecture is None:
+        return TransformersBackbone(pooled_config, "transformers", layers)
+    if model_type == "modernbert":
+        return ModernBertBackbone(pooled_config, architecture, layers)
+    if model_type in VLLM_ENCODERS:
+        return BertFamilyBackbone(pooled_config, architecture, layers)
+    return DecoderBackbone(pooled_config, architecture, layers)

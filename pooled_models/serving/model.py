@@ -52,13 +52,11 @@ class _ServedPooled(nn.Module):
         if reason is not None:
             raise ValueError(reason)
         self.config = config
-        self.family, backbone_architecture = backbone_for(config.backbone_config.model_type)
-        backbone_config = vllm_config.with_hf_config(
-            config.backbone_config, architectures=[backbone_architecture]
-        )
-        self.backbone = self.family.build(backbone_config, maybe_prefix(prefix, "backbone"))
         pooling, head = self.pooled_parts(config)
         self.layers = None if pooling is None else pooling.hidden_states_read
+        # vLLM's own implementation of the backbone where it is exact, else the transformers module (routes.py).
+        self.family = backbone_for(config, self.layers)
+        self.backbone = self.family.build(vllm_config, maybe_prefix(prefix, "backbone"))
         self.pooler = self.make_pooler(config, pooling, head)
 
     def make_pooler(self, config, pooling: nn.Module | None, head: nn.Module | None) -> nn.Module:
@@ -81,7 +79,9 @@ class _ServedPooled(nn.Module):
         raise NotImplementedError
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.backbone.embed_input_ids(input_ids)
+        if hasattr(self.backbone, "embed_input_ids"):
+            return self.backbone.embed_input_ids(input_ids)
+        return self.backbone.get_input_embeddings()(input_ids)  # a transformers backbone (transformers route)
 
     def forward(
         self,
@@ -92,7 +92,7 @@ class _ServedPooled(nn.Module):
     ) -> torch.Tensor:
         if inputs_embeds is not None:
             raise ValueError("pooled_models' vLLM models take token ids, not prompt embeddings")
-        return self.family.run(self.backbone, input_ids, positions, self.layers)
+        return self.family.run(self.backbone, input_ids, positions)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         backbone, own, unexpected = [], {}, []

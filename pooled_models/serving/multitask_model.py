@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ..modeling.modeling_multitask import PooledForMultiTask
 from .model import ServedPooledClassifier, _ServedPooled
-from .multitask_support import multitask_refusal, served_task, task_architecture
+from .multitask_support import served_task, task_architecture
+from .support import multitask_refusal
 from .token_model import ServedPooledTokenClassifier
 
 __all__ = ["ServedPooledMultiTask"]

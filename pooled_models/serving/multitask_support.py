@@ -15,9 +15,7 @@ config (no vLLM), so the package's own tests check every message.
 
 from __future__ import annotations
 
-from .support import refusal
-
-__all__ = ["SERVED_TASK", "TASK_ARCHITECTURES", "served_task", "task_architecture", "multitask_refusal"]
+__all__ = ["SERVED_TASK", "TASK_ARCHITECTURES", "served_task", "task_architecture"]
 
 SERVED_TASK = "served_task"  # the config attribute the override sets
 # The standalone architecture each kind of task is served as (the class export_head writes).
@@ -55,16 +53,3 @@ def served_task(config) -> str:
 
 def task_architecture(config, task: str) -> str:
     return TASK_ARCHITECTURES[config.kind(task)]
-
-
-def multitask_refusal(config) -> str | None:
-    """Why this engine cannot serve the checkpoint: no task or an unknown one named, or the named task cannot be
-    served exactly (the message names the task); None when it can."""
-    try:
-        task = served_task(config)
-    except ValueError as error:
-        return str(error)
-    reason = refusal(config.task_config(task), task_architecture(config, task))
-    if reason is None:
-        return None
-    return f"PooledForMultiTask task {task!r}: {reason}"

@@ -4,13 +4,16 @@ Plain Python over a pooled checkpoint's config: it imports no vllm, so the packa
 where vLLM is not installed, and the plugin (``serving/model.py``) raises the same message when vLLM loads the model.
 
 A pooling is served when the engine can reproduce it exactly: vLLM runs its own implementation of the backbone over
-each prompt's tokens, and the pooler and head of pooled_models (the same modules, loaded from the checkpoint) run on
-those states. What vLLM cannot give exactly is refused, never served with a different score.
+each prompt's tokens (or, where it has none that is exact, the checkpoint's transformers backbone: routes.py), and the
+pooler and head of pooled_models (the same modules, loaded from the checkpoint) run on those states. What vLLM cannot give exactly is refused, never served with a different score.
 """
 
 from __future__ import annotations
 
+from ..modeling.backbone import SEQUENCE_BASE_MODELS
 from ..modeling.pooling import POOLINGS, Pooler
+from .multitask_support import served_task, task_architecture
+from .routes import TRANSFORMERS_ROUTE_REFUSED, VLLM_DECODERS, VLLM_ENCODERS
 
 __all__ = [
     "ALTERNATIVES",
@@ -21,6 +24,7 @@ __all__ = [
     "TOKEN_ARCHITECTURES",
     "served_tasks",
     "refusal",
+    "multitask_refusal",
 ]
 
 # What a user whose model is refused can do instead: both give the model's own scores.
@@ -30,10 +34,10 @@ ALTERNATIVES = (
     "ONNX Runtime"
 )
 
-# Backbone model types whose vLLM implementation the plugin runs (serving/backbones.py): vLLM's BertModel (with
-# RoBERTa's position offset for the RoBERTa family) and its decoders.
-ENCODER_BACKBONES = ("bert", "roberta", "xlm-roberta", "camembert")
-DECODER_BACKBONES = ("llama", "qwen2")
+# Backbone model types whose vLLM implementation the plugin runs (serving/routes.py decides, backbones.py runs them);
+# every other backbone the package builds runs through the transformers route (transformers_backbone.py).
+ENCODER_BACKBONES = tuple(VLLM_ENCODERS)
+DECODER_BACKBONES = tuple(VLLM_DECODERS)
 
 # The checkpoint architectures the plugin serves, and the tasks each serves (vLLM's task names).
 SERVED_ARCHITECTURES = {
@@ -54,11 +58,6 @@ def served_tasks(architecture: str) -> tuple[str, ...]:
     return SERVED_ARCHITECTURES.get(architecture, ())
 
 
-def _reads_layers(pooling_class: type[Pooler], config) -> bool:
-    """Whether the pooling reads hidden states of other layers than the last (a layer pooling)."""
-    return pooling_class(config).hidden_states_read is not None
-
-
 def refusal(config, architecture: str) -> str | None:
     """Why vLLM cannot serve this checkpoint exactly (the message names what, why and what to do instead), or None
     when it can."""
@@ -68,25 +67,16 @@ def refusal(config, architecture: str) -> str | None:
     if architecture not in SERVED_ARCHITECTURES:
         return f"{prefix}: unknown architecture. Served: {', '.join(SERVED_ARCHITECTURES)}."
     if architecture == "PooledForMultiTask":
-        from .multitask_support import multitask_refusal  # it reads this module's refusal for the served task
-
         return multitask_refusal(config)
-    backbone = config.backbone_config
-    model_type = getattr(backbone, "model_type", None)
-    served_types = ENCODER_BACKBONES + DECODER_BACKBONES
-    if model_type not in served_types:
+    model_type = getattr(config.backbone_config, "model_type", None)
+    if model_type in SEQUENCE_BASE_MODELS:
         return (
-            f"{prefix} with a {model_type!r} backbone: the plugin runs vLLM's own implementation of the backbone, "
-            f"which it has for model types {', '.join(served_types)}. Instead, {ALTERNATIVES}."
+            f"{prefix} with a {model_type!r} backbone: {SEQUENCE_BASE_MODELS[model_type]} gives fewer states than input "
+            "tokens, and vLLM's pooler receives one state per scheduled token. Instead, "
+            f"{ALTERNATIVES}."
         )
-    if (
-        model_type in ENCODER_BACKBONES
-        and getattr(backbone, "position_embedding_type", "absolute") != "absolute"
-    ):
-        return (
-            f"{prefix}: the backbone uses position_embedding_type={backbone.position_embedding_type!r}, and vLLM's "
-            f"BERT implementation has absolute positions only. Instead, {ALTERNATIVES}."
-        )
+    if model_type in TRANSFORMERS_ROUTE_REFUSED:
+        return f"{prefix} with a {model_type!r} backbone: {TRANSFORMERS_ROUTE_REFUSED[model_type]}. Instead, {ALTERNATIVES}."
     if architecture in TOKEN_ARCHITECTURES:
         return None
     pooling_class = POOLINGS.lookup(config.pooling)
@@ -97,11 +87,17 @@ def refusal(config, architecture: str) -> str | None:
             "runs each request's "
             f"prompt tokens as the tokenizer gave them. Instead, {ALTERNATIVES}."
         )
-    if model_type in DECODER_BACKBONES and _reads_layers(pooling_class, config):
-        return (
-            f"{prefix} with pooling={config.pooling!r} on a {model_type!r} backbone: this pooling reads the hidden "
-            "states of several layers, which the plugin takes from vLLM's encoders (BERT, RoBERTa) only; vLLM's "
-            "decoders return the last layer. Token poolings (cls, last_token, mean, ...) are served on this backbone. "
-            f"Instead, {ALTERNATIVES}."
-        )
     return None
+
+
+def multitask_refusal(config) -> str | None:
+    """Why this engine cannot serve a PooledForMultiTask checkpoint: no task or an unknown one named, or the named task
+    cannot be served exactly (the message names the task); None when it can."""
+    try:
+        task = served_task(config)
+    except ValueError as error:
+        return str(error)
+    reason = refusal(config.task_config(task), task_architecture(config, task))
+    if reason is None:
+        return None
+    return f"PooledForMultiTask task {task!r}: {reason}"

@@ -8,13 +8,8 @@ import pytest
 from helpers import MULTITASK_TASKS, tiny_backbone_config
 
 from pooled_models import PooledConfig, PooledMultiTaskConfig
-from pooled_models.serving.multitask_support import (
-    SERVED_TASK,
-    multitask_refusal,
-    served_task,
-    task_architecture,
-)
-from pooled_models.serving.support import refusal, served_tasks
+from pooled_models.serving.multitask_support import SERVED_TASK, served_task, task_architecture
+from pooled_models.serving.support import multitask_refusal, refusal, served_tasks
 
 TOKEN = "PooledForTokenClassification"
 MULTITASK = "PooledForMultiTask"
@@ -35,18 +30,19 @@ def test_a_token_classifier_serves_token_classify():
 
 @pytest.mark.parametrize("backbone", ["bert", "roberta", "llama"])
 def test_a_token_classifier_is_served_whatever_its_unused_pooling(backbone):
-    # The pooling of a token classifier's config only gives AutoModel's embeddings: a layer pooling on a decoder,
-    # refused for a sequence classifier, does not stop the token head from being served.
+    # The pooling of a token classifier's config only gives AutoModel's embeddings: the token head is served whatever
+    # it names (the config's pooling is never built for a token classifier).
     config = PooledConfig(backbone_config=tiny_backbone_config(backbone), pooling="lstm", num_labels=3)
     assert refusal(config, TOKEN) is None
-    if backbone == "llama":
-        assert refusal(config, "PooledForSequenceClassification") is not None
 
 
-def test_a_token_classifier_on_a_backbone_vllm_lacks_is_refused_by_name():
-    config = PooledConfig(backbone_config=tiny_backbone_config("distilbert"), pooling="mean", num_labels=3)
+def test_a_token_classifier_on_a_backbone_the_plugin_cannot_serve_is_refused_by_name():
+    from transformers import FunnelConfig
+
+    funnel = FunnelConfig(d_model=64, n_head=2, d_head=32, d_inner=96, block_sizes=[1, 1], vocab_size=100)
+    config = PooledConfig(backbone_config=funnel, pooling="mean", num_labels=3)
     message = refusal(config, TOKEN)
-    assert message is not None and "'distilbert' backbone" in message and "ONNX Runtime" in message
+    assert message is not None and "'funnel' backbone" in message and "ONNX Runtime" in message
 
 
 @pytest.mark.parametrize("task", list(MULTITASK_TASKS))

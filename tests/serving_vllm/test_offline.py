@@ -16,7 +16,6 @@ from vllm_helpers import (
 )
 
 from pooled_models import POOLINGS, PooledForSequenceClassification, PooledModel
-from pooled_models.serving.support import ENCODER_BACKBONES
 
 # Every registered pooling but the ones the plugin refuses (label tokens and label text, tested below), each on the tiny
 # BERT; then layer poolings over other token poolings, and the other heads, backbones and problem types.
@@ -105,15 +104,11 @@ def test_the_packaged_minilm_embedder_serves_its_normalised_embeddings(normalize
     assert torch.allclose(norms, torch.ones_like(norms), atol=1e-5) == normalize
 
 
-# Refused at load, naming what and why and the alternatives: (what the message must say, how to build it).
+# Refused at load, naming what and why and the alternatives: (what the message must say, how to build it). Backbones,
+# layer poolings on decoders and relative positions are served (test_backbones.py).
 REFUSALS = {
     "label_tokens": ("pooling='label_tokens'", dict(pooling="label_tokens", label_token_init="random")),
     "label_text": ("pooling='label_text'", dict(pooling="label_text")),
-    "layer pooling on a decoder": (
-        "reads the hidden states of several layers",
-        dict(pooling="lstm", backbone="llama"),
-    ),
-    "relative positions": ("position_embedding_type='relative_key'", dict(pooling="mean")),
 }
 
 
@@ -121,34 +116,8 @@ REFUSALS = {
 def test_what_cannot_be_served_exactly_is_refused_by_name(case, tokenizer, tmp_path):
     said, settings = REFUSALS[case]
     folder = save_checkpoint(tmp_path, tokenizer, **settings)
-    if case == "relative positions":
-        from pooled_models import PooledConfig
-
-        config = PooledConfig.from_pretrained(folder)
-        config.backbone_config.position_embedding_type = "relative_key"
-        config.save_pretrained(folder)
     with pytest.raises(ValueError, match="pooled_models' vLLM plugin cannot serve") as refused:
         with offline_engine(folder):
             pass
     message = str(refused.value)
     assert said in message and "pipeline" in message and "ONNX Runtime" in message
-
-
-def test_a_backbone_without_a_vllm_implementation_is_refused_with_the_served_types(tokenizer, tmp_path):
-    from transformers import DistilBertConfig
-
-    from pooled_models import PooledConfig
-
-    config = PooledConfig(
-        backbone_config=DistilBertConfig(
-            dim=64, n_layers=2, n_heads=2, hidden_dim=96, vocab_size=len(tokenizer)
-        ),
-        pooling="mean",
-        id2label=LABELS,
-    )
-    PooledForSequenceClassification(config).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="'distilbert' backbone") as refused:
-        with offline_engine(tmp_path):
-            pass
-    assert all(model_type in str(refused.value) for model_type in ENCODER_BACKBONES)

@@ -37,9 +37,15 @@ class Backbone:
         raise NotImplementedError
 
     def run(
-        self, module: nn.Module, input_ids: torch.Tensor, positions: torch.Tensor, layers: list[int] | None
+        self,
+        module: nn.Module,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        layers: list[int] | None,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``[tokens, hidden]`` (the last layer), or the states of ``layers`` concatenated on the last dimension."""
+        """``[tokens, hidden]`` (the last layer), or the states of ``layers`` concatenated on the last dimension;
+        ``inputs_embeds``: the token embeddings to use instead of looking ``input_ids`` up (label markers)."""
         raise NotImplementedError
 
     def load_weights(self, module: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
@@ -60,8 +66,8 @@ class EncoderBackbone(Backbone):
         embedding_class = RobertaEmbedding if self.roberta_positions else BertEmbedding
         return BertModel(vllm_config=vllm_config, prefix=prefix, embedding_class=embedding_class)
 
-    def run(self, module, input_ids, positions, layers):
-        hidden = module.embeddings(input_ids=input_ids, position_ids=positions)
+    def run(self, module, input_ids, positions, layers, inputs_embeds=None):
+        hidden = module.embeddings(input_ids=input_ids, position_ids=positions, inputs_embeds=inputs_embeds)
         if layers is None:
             return module.encoder(hidden)
         states = [hidden]
@@ -84,10 +90,12 @@ class DecoderBackbone(Backbone):
             from vllm.model_executor.models.qwen2 import Qwen2Model as model_class
         return model_class(vllm_config=vllm_config, prefix=prefix)
 
-    def run(self, module, input_ids, positions, layers):
+    def run(self, module, input_ids, positions, layers, inputs_embeds=None):
         if layers is not None:  # support.refusal refuses layer poolings on decoders before anything is built
             raise ValueError("layer poolings are not served on decoder backbones")
-        return module(input_ids=input_ids, positions=positions, intermediate_tensors=None)
+        return module(
+            input_ids=input_ids, positions=positions, intermediate_tensors=None, inputs_embeds=inputs_embeds
+        )
 
 
 def backbone_for(model_type: str) -> tuple[Backbone, str]:

@@ -22,6 +22,7 @@ from ..modeling.layer_pooling import _num_hidden_states
 from ..modeling.modeling_pooled import PooledClassifier, PooledForSequenceClassification, PooledModel
 from ..modeling.pooling import build_pooler
 from .backbones import backbone_for
+from .label_text import LabelTextModelPooler
 from .pooler import PooledModelPooler
 from .support import REFUSED_ARCHITECTURES, refusal, served_tasks
 
@@ -59,7 +60,8 @@ class _ServedPooled(nn.Module):
         self.backbone = self.family.build(backbone_config, maybe_prefix(prefix, "backbone"))
         pooling, head = self.pooled_parts(config)
         self.layers = pooling.hidden_states_read
-        self.pooler = PooledModelPooler(
+        pooler_class = LabelTextModelPooler if config.pooling == "label_text" else PooledModelPooler
+        self.pooler = pooler_class(
             config,
             pooling,
             head,
@@ -84,6 +86,10 @@ class _ServedPooled(nn.Module):
     ) -> torch.Tensor:
         if inputs_embeds is not None:
             raise ValueError("pooled_models' vLLM models take token ids, not prompt embeddings")
+        if isinstance(self.pooler, LabelTextModelPooler):  # label prompts carry the marker id (label_text.py)
+            inputs_embeds = self.pooler.marked_embeddings(self.backbone.embed_input_ids, input_ids)
+            input_ids = input_ids.clamp(max=self.pooler.vocabulary - 1)
+            return self.family.run(self.backbone, input_ids, positions, self.layers, inputs_embeds)
         return self.family.run(self.backbone, input_ids, positions, self.layers)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
@@ -106,6 +112,8 @@ class _ServedPooled(nn.Module):
         if missing:
             raise ValueError(f"the checkpoint has no weights for the backbone's {sorted(missing)}")
         self.pooler.load_state_dict(own, strict=True)  # raises naming missing and unexpected keys
+        if isinstance(self.pooler, LabelTextModelPooler):
+            self.pooler.weights_loaded(self.config, dict(backbone))
         return loaded | {f"pooler.{name}" for name in own}
 
     def _own_name(self, name: str) -> str | None:

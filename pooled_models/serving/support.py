@@ -11,6 +11,7 @@ those states. What vLLM cannot give exactly is refused, never served with a diff
 from __future__ import annotations
 
 from ..modeling.pooling import POOLINGS, Pooler
+from .label_support import label_refusal
 
 __all__ = [
     "ALTERNATIVES",
@@ -86,6 +87,8 @@ def refusal(config, architecture: str) -> str | None:
             f"{prefix}: the backbone uses position_embedding_type={backbone.position_embedding_type!r}, and vLLM's "
             f"BERT implementation has absolute positions only. Instead, {ALTERNATIVES}."
         )
+    if config.pooling in ("label_text", "label_tokens"):
+        return label_refusal(config, architecture, prefix, ALTERNATIVES)
     pooling_class = POOLINGS.lookup(config.pooling)
     if pooling_class.encode is not Pooler.encode:
         return (

@@ -28,7 +28,12 @@ class Server:
     """The server on ``folder``, bound to 127.0.0.1 on a free port, its output in ``log``; ready when constructed."""
 
     def __init__(
-        self, folder: Path, log: Path, extra_env: dict[str, str] | None = None, start_timeout: float = 300
+        self,
+        folder: Path,
+        log: Path,
+        extra_env: dict[str, str] | None = None,
+        start_timeout: float = 300,
+        extra_args: list[str] | None = None,
     ):
         self.port = free_port()
         self.folder = folder
@@ -36,6 +41,7 @@ class Server:
             sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--runner", "pooling",
             "--host", "127.0.0.1", "--port", str(self.port), "--enforce-eager", "--dtype", "float32",
         ]  # fmt: skip
+        command += extra_args or []
         self.log = log
         self.process = subprocess.Popen(
             command, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **(extra_env or {})}

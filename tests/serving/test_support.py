@@ -20,7 +20,7 @@ from pooled_models.serving.support import (
 )
 
 CLASSIFIER = "PooledForSequenceClassification"
-# The poolings that put tokens of their own into the input (label tokens, label text) are refused, tested below.
+# The poolings that put tokens of their own into the input (label tokens, label text): tested below.
 INPUT_EDITING = ("label_tokens", "label_text")
 TOKEN_POOLINGS = sorted(
     name for name in POOLINGS if name not in INPUT_EDITING and not issubclass(POOLINGS[name], LayerPooler)
@@ -39,7 +39,7 @@ def assert_refused(message: str | None, *said: str) -> None:
 
 
 @pytest.mark.parametrize("pooling", TOKEN_POOLINGS + LAYER_POOLINGS)
-def test_every_pooling_but_label_tokens_and_label_text_is_served_on_an_encoder(pooling):
+def test_every_pooling_but_the_label_poolings_is_served_on_an_encoder(pooling):
     assert refusal(config(pooling), CLASSIFIER) is None
     assert refusal(config(pooling, "roberta"), "PooledModel") is None
 
@@ -58,10 +58,39 @@ def test_a_layer_pooling_that_reads_the_last_layer_only_is_served_on_a_decoder()
     assert refusal(config("concat_layers", "llama", layer_start=-1), CLASSIFIER) is None
 
 
-@pytest.mark.parametrize("pooling", INPUT_EDITING)
-def test_label_tokens_and_label_text_are_refused_with_the_reason(pooling):
-    message = refusal(config(pooling), CLASSIFIER)
-    assert_refused(message, f"pooling={pooling!r}", "prompt tokens")
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"label_text_scorer": "per_label"},  # train.py's few-example default
+        {"label_text_pooling": "marker", "label_descriptions": {"joy": "feeling happy"}},
+        {"problem_type": "multi_label_classification"},
+    ],
+)
+def test_label_text_with_labels_apart_from_the_text_is_served(settings):
+    labels = {"id2label": {0: "joy", 1: "anger"}}
+    assert refusal(config("label_text", **labels, **settings), CLASSIFIER) is None
+
+
+@pytest.mark.parametrize("layers", [1, 2, "all"])
+def test_labels_that_attend_to_the_text_are_refused_quoting_vllm(layers):
+    message = refusal(config("label_text", label_text_layers=layers), CLASSIFIER)
+    assert_refused(message, f"label_text_layers={layers!r}", "new_common_attn_metadata.causal = False")
+    assert "label_text_layers=0" in message  # what to train instead
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"label_token_attention": "one_way"}, {"label_token_layers": 1}, {"label_tokens_per_pass": 1}],
+)
+def test_label_tokens_are_refused_with_the_reason_and_what_to_train(settings):
+    message = refusal(config("label_tokens", label_token_init="random", num_labels=2, **settings), CLASSIFIER)
+    assert_refused(message, "pooling='label_tokens'", "cannot add tokens to a request", "label_text_layers=0")
+
+
+def test_a_label_text_embedder_is_refused():
+    message = refusal(config("label_text"), "PooledModel")
+    assert_refused(message, "one vector per label", "PooledForSequenceClassification")
 
 
 @pytest.mark.parametrize("backbone", ["distilbert", "esm", "gpt2"])

@@ -22,14 +22,18 @@ ZERO_SHOT_TEXTS = [
     "Add the onions to the pan and stir until golden.",
 ]
 ENTRY_POINT = f"{PLUGIN_NAME} = pooled_models.serving.zero_shot:plugin"
+# Where this process made the throwaway distribution, once it has.
+_made_in: Path | None = None
 
 
 def ensure_zero_shot_entry_point(folder: Path) -> dict[str, str]:
     """Make vLLM find the zero-shot plugin: the installed package's entry point (setup.cfg) where its metadata has it,
     else a throwaway distribution under ``folder`` that declares only that entry point (an editable install made before
     setup.cfg named it). Returns the environment a server subprocess needs for the same."""
-    group = importlib.metadata.entry_points(group="vllm.io_processor_plugins")
-    if PLUGIN_NAME in group.names:
+    global _made_in
+    if _made_in is not None:
+        folder = _made_in
+    elif PLUGIN_NAME in importlib.metadata.entry_points(group="vllm.io_processor_plugins").names:
         return {}
     info = folder / "pooled_models_zero_shot_tests-0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
@@ -38,6 +42,7 @@ def ensure_zero_shot_entry_point(folder: Path) -> dict[str, str]:
     if str(folder) not in sys.path:
         sys.path.append(str(folder))
     importlib.invalidate_caches()
+    _made_in = folder
     return {"PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(folder)]))}
 
 

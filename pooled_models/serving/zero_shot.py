@@ -41,7 +41,14 @@ from ..modeling.modeling_pooled import PooledForSequenceClassification
 from ..modeling.zero_shot_pipeline import DEFAULT_TEMPLATE, ranked_labels
 from .vocabulary import marker_id
 
-__all__ = ["ZeroShotIOProcessor", "ZeroShotRequest", "PLUGIN_NAME", "MAX_CANDIDATE_LABELS", "MAX_TEXTS", "plugin"]
+__all__ = [
+    "ZeroShotIOProcessor",
+    "ZeroShotRequest",
+    "PLUGIN_NAME",
+    "MAX_CANDIDATE_LABELS",
+    "MAX_TEXTS",
+    "plugin",
+]
 
 PLUGIN_NAME = "pooled_models_zero_shot"
 # The most candidate labels and texts one request may carry (every label's prompt and every text's run in the request).
@@ -127,7 +134,9 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
         params.task = "plugin"
         return params
 
-    def pre_process(self, prompt: ZeroShotRequest, request_id: str | None = None, **kwargs) -> list[TokensPrompt]:
+    def pre_process(
+        self, prompt: ZeroShotRequest, request_id: str | None = None, **kwargs
+    ) -> list[TokensPrompt]:
         if self.config.label_text_scorer == "shared":
             label_ids, columns = label_text_token_ids(prompt.label_texts, self.tokenizer), None
         else:  # the model's own labels, as it was built with them; the asked ones are picked after scoring
@@ -164,7 +173,9 @@ def _candidate_labels(value) -> list[str]:
     if isinstance(value, str):
         value = [label.strip() for label in value.split(",") if label.strip()]
     if not isinstance(value, list) or not value:
-        raise ValueError("candidate_labels must be a non-empty list of label names (or one comma-separated string).")
+        raise ValueError(
+            "candidate_labels must be a non-empty list of label names (or one comma-separated string)."
+        )
     if not all(isinstance(label, str) and label.strip() for label in value):
         raise ValueError("candidate_labels must hold non-empty strings.")
     if len(value) > MAX_CANDIDATE_LABELS:
@@ -186,7 +197,11 @@ def _load_head(config, model_config) -> LabelTextHead:
     if not folder.is_dir():
         from huggingface_hub import snapshot_download
 
-        folder = Path(snapshot_download(model_config.model, revision=model_config.revision, allow_patterns="*.safetensors"))
+        folder = Path(
+            snapshot_download(
+                model_config.model, revision=model_config.revision, allow_patterns="*.safetensors"
+            )
+        )
     state = {}
     for path in sorted(folder.glob("*.safetensors")):
         with safe_open(str(path), framework="pt") as weights:

@@ -20,7 +20,10 @@ from pooled_models.serving.zero_shot import MAX_CANDIDATE_LABELS, PLUGIN_NAME
 # train.py's few-example default (per_label, a description for one label, single-label), and the scorer that reads any
 # label (shared), with marker vectors, multi-label.
 CHECKPOINTS = {
-    "per_label": {"label_text_scorer": "per_label", "label_descriptions": {"fear": "being afraid of something"}},
+    "per_label": {
+        "label_text_scorer": "per_label",
+        "label_descriptions": {"fear": "being afraid of something"},
+    },
     "shared-marker-multi_label": {
         "label_text_scorer": "shared",
         "label_text_pooling": "marker",
@@ -92,4 +95,6 @@ def test_bad_requests_name_the_field_and_the_next_one_is_answered(served):
         assert said in str(refused.value), (name, str(refused.value))
     labels = [LABELS[1], LABELS[0]]
     expected = zero_shot_pipeline_answer(folder, ZERO_SHOT_TEXTS[:2], labels, False)
-    assert_same_answer(zero_shot(llm, texts=ZERO_SHOT_TEXTS[:2], candidate_labels=labels), expected, TOLERANCE)
+    assert_same_answer(
+        zero_shot(llm, texts=ZERO_SHOT_TEXTS[:2], candidate_labels=labels), expected, TOLERANCE
+    )

@@ -51,7 +51,9 @@ def test_classify_gives_the_pipeline_labels_and_scores(server):
     for text_scores, item in zip(expected, answer["data"], strict=True):
         assert item["label"] == max(text_scores, key=lambda entry: entry["score"])["label"]
         served = {LABELS[index]: score for index, score in enumerate(item["probs"])}
-        assert served == pytest.approx({entry["label"]: entry["score"] for entry in text_scores}, abs=TOLERANCE)
+        assert served == pytest.approx(
+            {entry["label"]: entry["score"] for entry in text_scores}, abs=TOLERANCE
+        )
 
 
 def test_the_open_label_set_gives_the_pipeline_answer(server):
@@ -81,4 +83,6 @@ def test_bad_requests_get_400_naming_the_field_and_the_server_goes_on(server):
         assert said in message, message
     labels = [LABELS[0], LABELS[1]]
     expected = zero_shot_pipeline_answer(server.folder, ["I love this."], labels, False)
-    assert_same_answer(zero_shot(server, texts=["I love this."], candidate_labels=labels), expected, TOLERANCE)
+    assert_same_answer(
+        zero_shot(server, texts=["I love this."], candidate_labels=labels), expected, TOLERANCE
+    )

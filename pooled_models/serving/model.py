@@ -23,12 +23,15 @@ from ..modeling.modeling_pooled import PooledClassifier, PooledForSequenceClassi
 from ..modeling.pooling import build_pooler
 from .backbones import backbone_for
 from .label_text import LabelTextModelPooler
+from .label_tokens import LabelTokenModelPooler, tokenizer_refusal
 from .pooler import PooledModelPooler
 from .support import REFUSED_ARCHITECTURES, refusal, served_tasks
 
 __all__ = ["ServedPooledClassifier", "ServedPooledModel", "RefusedPooledArchitecture"]
 
 BACKBONE = "backbone."
+# The poolers of the label poolings: their prompts carry ids past the vocabulary (label markers, label tokens).
+LABEL_POOLERS = {"label_text": LabelTextModelPooler, "label_tokens": LabelTokenModelPooler}
 
 
 # CLS as the default pooling type is what makes vLLM treat the model as bidirectional ("encoder_only",
@@ -60,7 +63,11 @@ class _ServedPooled(nn.Module):
         self.backbone = self.family.build(backbone_config, maybe_prefix(prefix, "backbone"))
         pooling, head = self.pooled_parts(config)
         self.layers = pooling.hidden_states_read
-        pooler_class = LabelTextModelPooler if config.pooling == "label_text" else PooledModelPooler
+        pooler_class = LABEL_POOLERS.get(config.pooling, PooledModelPooler)
+        if config.pooling == "label_tokens":
+            reason = tokenizer_refusal(config, vllm_config.model_config.tokenizer)
+            if reason is not None:
+                raise ValueError(reason)
         self.pooler = pooler_class(
             config,
             pooling,
@@ -86,7 +93,7 @@ class _ServedPooled(nn.Module):
     ) -> torch.Tensor:
         if inputs_embeds is not None:
             raise ValueError("pooled_models' vLLM models take token ids, not prompt embeddings")
-        if isinstance(self.pooler, LabelTextModelPooler):  # label prompts carry the marker id (label_text.py)
+        if isinstance(self.pooler, tuple(LABEL_POOLERS.values())):  # ids past the vocabulary: label vectors
             inputs_embeds = self.pooler.marked_embeddings(self.backbone.embed_input_ids, input_ids)
             input_ids = input_ids.clamp(max=self.pooler.vocabulary - 1)
             return self.family.run(self.backbone, input_ids, positions, self.layers, inputs_embeds)

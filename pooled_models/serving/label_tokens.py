@@ -32,6 +32,7 @@ from vllm.v1.pool.metadata import PoolingMetadata
 
 from ..modeling.text_config import text_config_of
 from .pooler import PooledModelPooler
+from .support import ALTERNATIVES
 
 __all__ = ["LabelTokenModelPooler", "write_serving_tokenizer", "tokenizer_refusal", "LABEL_TOKEN"]
 
@@ -84,9 +85,11 @@ def tokenizer_refusal(config, tokenizer_path: str) -> str | None:
     if ids[1 : 1 + config.num_labels] == expected:
         return None
     return (
-        "pooled_models' vLLM plugin serves pooling='label_tokens' with the tokenizer that puts the label tokens into "
-        "each prompt (vLLM cannot add tokens to a request): write it with `python -m pooled_models.serving.label_tokens "
-        "FOLDER SERVING_TOKENIZER` and start vLLM with --tokenizer SERVING_TOKENIZER (LLM(..., tokenizer=...))."
+        f"pooled_models' vLLM plugin cannot serve pooling='label_tokens' with the tokenizer {tokenizer_path}: its "
+        f"prompts do not carry the {config.num_labels} label tokens after the first token, and vLLM cannot add tokens "
+        "to a request. Write the serving tokenizer with `python -m pooled_models.serving.label_tokens FOLDER "
+        "SERVING_TOKENIZER` and start vLLM with --tokenizer SERVING_TOKENIZER (LLM(..., tokenizer=...)); or, "
+        f"{ALTERNATIVES}."
     )
 
 

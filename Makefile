@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast test-oldest test-vllm bench-serving bench-serving-backbones lint docs bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
+.PHONY: install test test-fast test-oldest test-vllm bench-serving bench-serving-backbones bench-serving-labels lint docs bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
 
 install: $(STAMP)
 
@@ -97,6 +97,11 @@ bench-serving: $(VLLM_VENV)/.installed
 
 bench-serving-backbones: $(VLLM_VENV)/.installed
 	$(VLLM_ENV) $(VLLM_VENV)/bin/python bench/serving_backbones.py
+
+# Label text served by vLLM (classify, and the open label set over HTTP) against transformers' pipelines
+# (bench/serving_labels.py), in the serving venv. Writes bench/results/serving/labels/; time it on a quiet machine.
+bench-serving-labels: $(VLLM_VENV)/.installed
+	$(VLLM_ENV) $(VLLM_VENV)/bin/python bench/serving_labels.py
 
 # The quickstart: fine-tunes the packaged MiniLM on the generated demo data, offline, in a few minutes on 2 CPU cores.
 # --overwrite_output_dir lets `make demo` run again: it replaces only a folder an earlier run wrote.

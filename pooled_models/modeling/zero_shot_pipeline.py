@@ -34,7 +34,7 @@ from transformers.utils import logging
 
 from .label_text import label_text_token_ids, pad_label_ids
 
-__all__ = ["LabelTextZeroShotPipeline", "register_zero_shot_pipeline", "reads_label_texts"]
+__all__ = ["LabelTextZeroShotPipeline", "ranked_labels", "register_zero_shot_pipeline", "reads_label_texts"]
 
 TASK = "zero-shot-classification"
 # The label texts as the model read them in training; transformers' NLI default is "This example is {}."
@@ -117,15 +117,19 @@ class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):
         if not reads_label_texts(self.model):
             return super().postprocess(model_outputs, multi_label)
         (output,) = model_outputs
-        labels = output["candidate_labels"]
-        logits = output["logits"].float().reshape(-1)
-        scores = logits.sigmoid() if multi_label or len(labels) == 1 else logits.softmax(dim=-1)
-        order = scores.argsort(descending=True).tolist()
         return {
             "sequence": output["sequence"],
-            "labels": [labels[i] for i in order],
-            "scores": scores[order].tolist(),
+            **ranked_labels(output["candidate_labels"], output["logits"], multi_label),
         }
+
+
+def ranked_labels(labels: list[str], logits: torch.Tensor, multi_label: bool) -> dict[str, list]:
+    """One text's candidate ``labels`` sorted by score, and the scores: each label's sigmoid with ``multi_label`` (or a
+    single label), else the softmax over the candidates."""
+    logits = logits.float().reshape(-1)
+    scores = logits.sigmoid() if multi_label or len(labels) == 1 else logits.softmax(dim=-1)
+    order = scores.argsort(descending=True).tolist()
+    return {"labels": [labels[i] for i in order], "scores": scores[order].tolist()}
 
 
 def register_zero_shot_pipeline() -> None:

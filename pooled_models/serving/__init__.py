@@ -34,6 +34,10 @@ def register() -> None:
 
     import pooled_models  # noqa: F401  (registers PooledConfig with AutoConfig)
 
+    from .vocabulary import register_vocabulary
+
+    register_vocabulary()  # the label marker's id in a label-text model's prompts (zero-shot route)
+
     global registered
     for architecture, class_name in MODEL_CLASSES.items():
         # A class of serving/model.py, or "module:Class" for a class of another module of this room.

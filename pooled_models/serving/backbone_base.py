@@ -36,8 +36,15 @@ class Backbone:
     def model_class(self) -> type[nn.Module]:
         raise NotImplementedError
 
-    def run(self, module: nn.Module, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """``[tokens, hidden]`` (the last layer), or the states of ``self.layers`` concatenated on the last dim."""
+    def run(
+        self,
+        module: nn.Module,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``[tokens, hidden]`` (the last layer), or the states of ``self.layers`` concatenated on the last dim;
+        ``inputs_embeds``: the token embeddings to use instead of looking ``input_ids`` up (label markers)."""
         raise NotImplementedError
 
     def load_weights(self, module: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

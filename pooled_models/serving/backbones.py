@@ -41,8 +41,8 @@ class BertFamilyBackbone(Backbone):
         embedding_class = BertEmbedding if self.model_type == "bert" else RobertaEmbedding
         return BertModel(vllm_config=config, prefix=prefix, embedding_class=embedding_class)
 
-    def run(self, module, input_ids, positions):
-        hidden = module.embeddings(input_ids=input_ids, position_ids=positions)
+    def run(self, module, input_ids, positions, inputs_embeds=None):
+        hidden = module.embeddings(input_ids=input_ids, position_ids=positions, inputs_embeds=inputs_embeds)
         if self.layers is None:
             return module.encoder(hidden)
         states = {0: hidden}
@@ -61,7 +61,8 @@ class ModernBertBackbone(Backbone):
 
         return ModernBertModel
 
-    def run(self, module, input_ids, positions):
+    def run(self, module, input_ids, positions, inputs_embeds=None):
+        _no_embeddings_given(inputs_embeds, "ModernBERT")
         if self.layers is None:
             return module(input_ids=input_ids, positions=positions)
         hidden = module.embeddings(input_ids=input_ids)
@@ -96,10 +97,12 @@ class DecoderBackbone(Backbone):
             module._set_aux_hidden_state_layers(tuple(index for index in self.layers if index != last))
         return module
 
-    def run(self, module, input_ids, positions):
+    def run(self, module, input_ids, positions, inputs_embeds=None):
         if self.layers is not None and self.model_type not in AUX_HIDDEN_STATE_DECODERS:
-            return self._loop_layers(module, input_ids, positions)
-        output = module(input_ids=input_ids, positions=positions, intermediate_tensors=None)
+            return self._loop_layers(module, input_ids, positions, inputs_embeds)
+        output = module(
+            input_ids=input_ids, positions=positions, intermediate_tensors=None, inputs_embeds=inputs_embeds
+        )
         if self.layers is None:
             return output
         last_hidden, aux = output if isinstance(output, tuple) else (output, [])
@@ -107,10 +110,11 @@ class DecoderBackbone(Backbone):
         states[self.backbone_config().num_hidden_layers] = last_hidden
         return self._side_by_side(states)
 
-    def _loop_layers(self, module, input_ids, positions):
+    def _loop_layers(self, module, input_ids, positions, inputs_embeds=None):
         """Gemma 3's vLLM model has no aux-hidden-state hook: its layers run here, each giving the residual stream as
         the pair (output, residual) of vLLM's fused add-norm, whose sum is transformers' hidden_states[i]."""
-        hidden, residual = module.embed_input_ids(input_ids), None
+        hidden = module.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
+        residual = None
         states = {0: hidden}
         for index, layer in enumerate(module.layers, start=1):
             hidden, residual = layer(positions, hidden, residual)
@@ -129,6 +133,12 @@ class DecoderBackbone(Backbone):
                 if name.startswith("language_model.")
             )
         return super().load_weights(module, weights)
+
+
+def _no_embeddings_given(inputs_embeds, family: str) -> None:
+    # support.refusal serves label poolings (the only callers giving embeddings) on the families that take them
+    if inputs_embeds is not None:
+        raise ValueError(f"the plugin's {family} backbone takes token ids, not input embeddings")
 
 
 def backbone_for(pooled_config, layers: list[int] | None) -> Backbone:

@@ -22,12 +22,16 @@ from ..modeling.layer_pooling import _num_hidden_states
 from ..modeling.modeling_pooled import PooledClassifier, PooledForSequenceClassification, PooledModel
 from ..modeling.pooling import build_pooler
 from .backbones import backbone_for
+from .label_text import LabelTextModelPooler
+from .label_tokens import LabelTokenModelPooler, tokenizer_refusal
 from .pooler import PooledModelPooler
 from .support import REFUSED_ARCHITECTURES, refusal, served_tasks
 
 __all__ = ["ServedPooledClassifier", "ServedPooledModel", "RefusedPooledArchitecture"]
 
 BACKBONE = "backbone."
+# The poolers of the label poolings: their prompts carry ids past the vocabulary (label markers, label tokens).
+LABEL_POOLERS = {"label_text": LabelTextModelPooler, "label_tokens": LabelTokenModelPooler}
 
 
 # CLS as the default pooling type is what makes vLLM treat the model as bidirectional ("encoder_only",
@@ -57,11 +61,17 @@ class _ServedPooled(nn.Module):
         # vLLM's own implementation of the backbone where it is exact, else the transformers module (routes.py).
         self.family = backbone_for(config, self.layers)
         self.backbone = self.family.build(vllm_config, maybe_prefix(prefix, "backbone"))
+        if config.pooling == "label_tokens" and pooling is not None:
+            reason = tokenizer_refusal(config, vllm_config.model_config.tokenizer)
+            if reason is not None:
+                raise ValueError(reason)
         self.pooler = self.make_pooler(config, pooling, head)
 
     def make_pooler(self, config, pooling: nn.Module | None, head: nn.Module | None) -> nn.Module:
-        """The vLLM pooler that answers the architecture's tasks (a token classifier's answers per token)."""
-        return PooledModelPooler(
+        """The vLLM pooler that answers the architecture's tasks (a token classifier's answers per token; a label
+        pooling's, whose prompts carry ids past the vocabulary)."""
+        pooler_class = LABEL_POOLERS.get(config.pooling, PooledModelPooler)
+        return pooler_class(
             config,
             pooling,
             head,
@@ -92,6 +102,10 @@ class _ServedPooled(nn.Module):
     ) -> torch.Tensor:
         if inputs_embeds is not None:
             raise ValueError("pooled_models' vLLM models take token ids, not prompt embeddings")
+        if isinstance(self.pooler, tuple(LABEL_POOLERS.values())):  # ids past the vocabulary: label vectors
+            inputs_embeds = self.pooler.marked_embeddings(self.backbone.embed_input_ids, input_ids)
+            input_ids = input_ids.clamp(max=self.pooler.vocabulary - 1)
+            return self.family.run(self.backbone, input_ids, positions, inputs_embeds)
         return self.family.run(self.backbone, input_ids, positions)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
@@ -114,6 +128,8 @@ class _ServedPooled(nn.Module):
         if missing:
             raise ValueError(f"the checkpoint has no weights for the backbone's {sorted(missing)}")
         self.pooler.load_state_dict(own, strict=True)  # raises naming missing and unexpected keys
+        if isinstance(self.pooler, LabelTextModelPooler):
+            self.pooler.weights_loaded(self.config, dict(backbone))
         return loaded | {f"pooler.{name}" for name in own}
 
     def _own_name(self, name: str) -> str | None:

@@ -71,7 +71,9 @@ class TransformersBackbone(Backbone):
         self.run_alone = self.model_type in RUN_ALONE
         return module
 
-    def run(self, module, input_ids, positions):
+    def run(self, module, input_ids, positions, inputs_embeds=None):
+        if inputs_embeds is not None:  # support.refusal serves label poolings on vLLM's kernels only
+            raise ValueError("the plugin's transformers route takes token ids, not input embeddings")
         lengths = request_lengths(positions)
         requests = list(torch.split(input_ids, lengths))
         if (

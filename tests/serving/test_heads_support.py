@@ -76,9 +76,10 @@ def test_a_single_task_model_needs_no_override():
 
 
 def test_a_task_that_cannot_be_served_exactly_is_refused_naming_the_task():
-    tasks = {"team": {**MULTITASK_TASKS["team"], "pooling": "lstm"}, "entities": MULTITASK_TASKS["entities"]}
-    message = refusal(multitask_config("llama", served="team", tasks=tasks), MULTITASK)
+    team = {**MULTITASK_TASKS["team"], "pooling": "label_text"}
+    tasks = {"team": team, "entities": MULTITASK_TASKS["entities"]}
+    message = refusal(multitask_config("bert", served="team", tasks=tasks), MULTITASK)
     assert message is not None and message.startswith("PooledForMultiTask task 'team': ")
-    assert "reads the hidden states of several layers" in message and "pipeline(" in message
-    # The token task of the same checkpoint reads the last layer only: served.
-    assert refusal(multitask_config("llama", served="entities", tasks=tasks), MULTITASK) is None
+    assert "label poolings from standalone checkpoints only" in message and "export_head('team'" in message
+    # The token task of the same checkpoint has no label pooling: served.
+    assert refusal(multitask_config("bert", served="entities", tasks=tasks), MULTITASK) is None

@@ -18,7 +18,7 @@ from pooled_models.serving.support import (
 )
 
 CLASSIFIER = "PooledForSequenceClassification"
-# The poolings that put tokens of their own into the input (label tokens, label text) are refused, tested below.
+# The poolings that put tokens of their own into the input (label tokens, label text): tested below.
 INPUT_EDITING = ("label_tokens", "label_text")
 TOKEN_POOLINGS = sorted(
     name for name in POOLINGS if name not in INPUT_EDITING and not issubclass(POOLINGS[name], LayerPooler)
@@ -37,7 +37,7 @@ def assert_refused(message: str | None, *said: str) -> None:
 
 
 @pytest.mark.parametrize("pooling", TOKEN_POOLINGS + LAYER_POOLINGS)
-def test_every_pooling_but_label_tokens_and_label_text_is_served_on_an_encoder(pooling):
+def test_every_pooling_but_the_label_poolings_is_served_on_an_encoder(pooling):
     assert refusal(config(pooling), CLASSIFIER) is None
     assert refusal(config(pooling, "roberta"), "PooledModel") is None
 
@@ -56,10 +56,78 @@ def test_a_layer_pooling_that_reads_the_last_layer_only_is_served_on_a_decoder()
     assert refusal(config("concat_layers", "llama", layer_start=-1), CLASSIFIER) is None
 
 
-@pytest.mark.parametrize("pooling", INPUT_EDITING)
-def test_label_tokens_and_label_text_are_refused_with_the_reason(pooling):
-    message = refusal(config(pooling), CLASSIFIER)
-    assert_refused(message, f"pooling={pooling!r}", "prompt tokens")
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"label_text_scorer": "per_label"},  # train.py's few-example default
+        {"label_text_pooling": "marker", "label_descriptions": {"joy": "feeling happy"}},
+        {"problem_type": "multi_label_classification"},
+    ],
+)
+def test_label_text_with_labels_apart_from_the_text_is_served(settings):
+    labels = {"id2label": {0: "joy", 1: "anger"}}
+    assert refusal(config("label_text", **labels, **settings), CLASSIFIER) is None
+
+
+@pytest.mark.parametrize("layers", [1, 2, "all"])
+def test_labels_that_attend_to_the_text_are_refused_quoting_vllm(layers):
+    message = refusal(config("label_text", label_text_layers=layers), CLASSIFIER)
+    assert_refused(message, f"label_text_layers={layers!r}", "new_common_attn_metadata.causal = False")
+    assert "label_text_layers=0" in message  # what to train instead
+
+
+def label_tokens(backbone: str = "bert", **settings) -> PooledConfig:
+    return config("label_tokens", backbone, label_token_init="random", num_labels=3, **settings)
+
+
+# label_token_layers=2: every layer of the tiny BERT, as "all"
+@pytest.mark.parametrize("settings", [{}, {"label_token_layers": 2}, {"label_token_scorer": "shared"}])
+def test_label_tokens_with_full_insertion_in_one_pass_are_served(settings):
+    assert refusal(label_tokens(**settings), CLASSIFIER) is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"label_token_attention": "one_way"}, "new_common_attn_metadata.causal = False"),
+        ({"label_token_layers": 1}, "two sequences of different lengths for one request"),
+        ({"label_tokens_per_pass": 2}, "one prompt per request"),
+        ({"label_token_position": 0}, "label_token_position=1"),
+    ],
+)
+def test_other_label_token_settings_are_refused_with_the_reason_and_what_to_train(settings, said):
+    message = refusal(label_tokens(**settings), CLASSIFIER)
+    assert_refused(message, "pooling='label_tokens'", said, "label_text_layers=0")
+
+
+def test_label_tokens_on_a_decoder_or_an_embedder_are_refused():
+    assert_refused(refusal(label_tokens("llama"), CLASSIFIER), "'llama' backbone")
+    assert_refused(refusal(label_tokens(), "PooledModel"), "one vector per label token")
+
+
+@pytest.mark.parametrize("backbone", ["distilbert", "modernbert", "relative_key"])
+def test_label_poolings_where_the_plugin_gives_no_input_embeddings_are_refused(backbone):
+    # The label marker's vector goes to the backbone as an input embedding: wired and checked on vLLM's BERT family
+    # and Llama only; elsewhere (the transformers route, vLLM's other models) it is refused, never run differently.
+    if backbone == "relative_key":  # a BERT that runs through the transformers route
+        backbone_config = tiny_backbone_config("bert")
+        backbone_config.position_embedding_type = "relative_key"
+    else:
+        backbone_config = tiny_backbone_config(backbone)
+    labels = {"id2label": {0: "joy", 1: "anger"}}
+    text = PooledConfig(backbone_config=backbone_config, pooling="label_text", **labels)
+    assert_refused(refusal(text, CLASSIFIER), "pooling='label_text'", "the label marker's vector")
+
+
+def test_label_text_on_llama_is_served():
+    labels = {"id2label": {0: "joy", 1: "anger"}}
+    assert refusal(config("label_text", "llama", **labels), CLASSIFIER) is None
+
+
+def test_a_label_text_embedder_is_refused():
+    message = refusal(config("label_text"), "PooledModel")
+    assert_refused(message, "one vector per label", "PooledForSequenceClassification")
 
 
 @pytest.mark.parametrize("backbone", ["distilbert", "esm", "gpt2"])

@@ -17,7 +17,7 @@ from vllm_helpers import (
 
 from pooled_models import POOLINGS, PooledForSequenceClassification, PooledModel
 
-# Every registered pooling but the ones the plugin refuses (label tokens and label text, tested below), each on the tiny
+# Every registered pooling but the label poolings (tests/serving_vllm/test_labels.py and below), each on the tiny
 # BERT; then layer poolings over other token poolings, and the other heads, backbones and problem types.
 SERVED = sorted(set(POOLINGS) - {"label_tokens", "label_text"})
 VARIANTS = {
@@ -108,7 +108,8 @@ def test_the_packaged_minilm_embedder_serves_its_normalised_embeddings(normalize
 # layer poolings on decoders and relative positions are served (test_backbones.py).
 REFUSALS = {
     "label_tokens": ("pooling='label_tokens'", dict(pooling="label_tokens", label_token_init="random")),
-    "label_text": ("pooling='label_text'", dict(pooling="label_text")),
+    "label_text reading the text": ("label_text_layers=1", dict(pooling="label_text", label_text_layers=1)),
+    "label_text embedder": ("one vector per label", dict(pooling="label_text", model_class=PooledModel)),
 }
 
 

@@ -2,6 +2,7 @@
 more epochs on a small training set, and a decision threshold of 0.7 for an asymmetric-loss head that nothing tunes."""
 
 import json
+import logging
 import types
 
 import pytest
@@ -212,3 +213,26 @@ def test_the_untuned_threshold_only_where_nothing_else_decides(
     else:
         assert config.get("decision_threshold") == threshold
         assert task.thresholds.origin != "asymmetric default"
+
+
+def test_a_setting_that_rules_label_text_out_keeps_mean_pooling_and_says_why(caplog):
+    from helpers import tiny_backbone_config
+
+    (task,) = _tasks(224).values()
+    settings = {"position_ids_from_mask": False}
+    with caplog.at_level(logging.INFO, logger="pooled_models.train"):
+        default_pooling(settings, task, tiny_backbone_config("bert"))
+    assert settings == {"position_ids_from_mask": False}
+    (line,) = [record.getMessage() for record in caplog.records if record.getMessage().startswith("Pooling:")]
+    assert line.startswith("Pooling: mean (label text, the default for few examples per label, cannot: ")
+    assert "position_ids_from_mask=True" in line  # the config's own reason, naming the setting
+
+
+def test_the_few_example_default_says_it_reads_the_labels(caplog):
+    from helpers import tiny_backbone_config
+
+    (task,) = _tasks(224).values()
+    with caplog.at_level(logging.INFO, logger="pooled_models.train"):
+        default_pooling({}, task, tiny_backbone_config("bert"))
+    (line,) = [record.getMessage() for record in caplog.records if record.getMessage().startswith("Pooling:")]
+    assert line.startswith("Pooling: label_text with the per_label scorer")

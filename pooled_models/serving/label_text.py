@@ -1,0 +1,132 @@
+"""Serving ``pooling="label_text"`` with ``label_text_layers=0``: the labels' vectors, worked out once per loaded model.
+
+With ``label_text_layers=0`` a label's vector does not depend on the text (text and label are two embeddings compared by
+the head), so the plugin works the model's own labels out once, when vLLM loads the weights, and every request runs its
+text alone through vLLM's backbone: the text's vector is the mean of its final states (as ``LabelTextPooler`` takes
+it), and the checkpoint's own head (``heads.LabelTextHead``) scores it against the stored label vectors.
+
+Where the label vectors come from: vLLM's attention layers read their metadata from the forward context
+(``vllm.forward_context.get_forward_context().attn_metadata``), which the model runner sets only around a scheduled
+batch; ``load_weights`` and ``process_weights_after_loading`` run without one, and inside a forward the metadata
+describes that batch's prompts only, so other sequences (the labels) cannot run through vLLM's backbone there. The
+plugin therefore runs the labels through the checkpoint's own transformers model (``PooledForSequenceClassification``,
+built on the CPU in float32 from the weights vLLM hands ``load_weights``, then dropped): the label vectors are exactly
+the ones transformers computes, and the model's modules do the work (no maths copied here).
+
+Labels given per request (the open label set, ``serving/zero_shot.py``) run through vLLM's backbone as prompts of
+their own: the first slot of a label's prompt holds the marker id (one past the vocabulary, ``vocabulary.py`` makes
+vLLM accept it), which ``marked_embeddings`` maps to the checkpoint's learned marker vector, as transformers'
+``LabelTokenInput`` does. Those prompts use the ``plugin`` task, for which this pooler returns one vector per prompt:
+a label's (``label_text_pooling``) or a text's (the mean of its states).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from vllm.model_executor.layers.pooler.common import PoolingParamsUpdate
+from vllm.v1.pool.metadata import PoolingMetadata
+
+from ..modeling.label_text_layout import masked_mean, segment_vectors
+from ..modeling.text_config import text_config_of
+from .pooler import PooledModelPooler
+
+__all__ = ["LabelTextModelPooler", "PLUGIN_TASK"]
+
+# vLLM's task for requests an IO-processor plugin makes (the zero-shot route): one vector per prompt.
+PLUGIN_TASK = "plugin"
+
+
+class LabelTextModelPooler(PooledModelPooler):
+    """The pooler and head of a label-text classifier over vLLM's states: ``classify`` scores each text against the
+    model's own label vectors (worked out at load); ``plugin`` gives each prompt's vector (zero-shot route)."""
+
+    def __init__(self, config, pooling, head, tasks, layers, num_hidden_states):
+        super().__init__(config, pooling, head, (*tasks, PLUGIN_TASK), layers, num_hidden_states)
+        self.label_pooling = config.label_text_pooling
+        self.vocabulary = int(text_config_of(config).vocab_size)
+        self.register_buffer(
+            "label_vectors", torch.zeros(config.num_labels, pooling.output_dim), persistent=False
+        )
+
+    def get_supported_tasks(self) -> Set[str]:
+        return self.tasks
+
+    def get_pooling_updates(self, task) -> PoolingParamsUpdate:
+        # The plugin task tells a label's prompt from a text's by its first id (the marker, past the vocabulary).
+        return PoolingParamsUpdate(requires_token_ids=task == PLUGIN_TASK)
+
+    # -- load time ---------------------------------------------------------------------------------------------
+
+    def weights_loaded(self, config, backbone_weights: dict[str, torch.Tensor]) -> None:
+        """Work out the model's own label vectors with the checkpoint's transformers model (see the module's doc)."""
+        from ..modeling.modeling_pooled import PooledForSequenceClassification
+
+        with torch.device("cpu"):
+            model = PooledForSequenceClassification(config).float().eval()
+        state = {f"backbone.{name}": tensor for name, tensor in backbone_weights.items()}
+        state.update({f"classifier.pooler.{name}": t for name, t in self.pooling.state_dict().items()})
+        state.update({f"classifier.head.{name}": t for name, t in self.head.state_dict().items()})
+        missing, unexpected = model.load_state_dict(
+            {name: tensor.detach().to("cpu", torch.float32) for name, tensor in state.items()}, strict=False
+        )
+        if unexpected or [name for name in missing if not name.endswith("position_ids")]:
+            raise ValueError(
+                f"pooling='label_text': the checkpoint's transformers model did not take its weights (missing "
+                f"{sorted(missing)}, unexpected {sorted(unexpected)})"
+            )
+        # Any one-token text: with label_text_layers=0 the labels' vectors do not read it.
+        text = torch.zeros(1, 1, dtype=torch.long)
+        with torch.no_grad():
+            vectors = model.classifier.pooler.encode(
+                model._backbone_call(), {"input_ids": text, "attention_mask": torch.ones_like(text)}, False
+            )[1][0, 1:]
+        del model
+        self.label_vectors.copy_(vectors.to(self.label_vectors.device, self.label_vectors.dtype))
+
+    # -- forward -------------------------------------------------------------------------------------------------
+
+    def marked_embeddings(self, embed_input_ids, input_ids: torch.Tensor) -> torch.Tensor:
+        """The backbone's input embeddings of ``input_ids``, the marker's learned vector where an id is the marker
+        (at or past the vocabulary), as transformers' ``LabelTokenInput`` gives them."""
+        is_marker = input_ids >= self.vocabulary
+        looked_up = embed_input_ids(input_ids.masked_fill(is_marker, 0))
+        marker = self.pooling.label_embeddings.weight[0].to(looked_up.dtype)
+        return torch.where(is_marker.unsqueeze(-1), marker, looked_up)
+
+    def pool(self, hidden_states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``[requests, 1 + L, H]``: each text's vector, then the model's own labels' (what the head reads)."""
+        padded, mask = _padded(hidden_states, lengths)
+        text = masked_mean(padded, mask, dim=1)
+        labels = self.label_vectors.to(text.dtype).unsqueeze(0).expand(text.shape[0], -1, -1)
+        return torch.cat([text.unsqueeze(1), labels], dim=1)
+
+    def forward(self, hidden_states: torch.Tensor, pooling_metadata: PoolingMetadata) -> list[torch.Tensor]:
+        params = pooling_metadata.pooling_params
+        if all(param.task != PLUGIN_TASK for param in params):
+            return super().forward(hidden_states, pooling_metadata)
+        cursor = pooling_metadata.get_pooling_cursor()
+        if cursor.is_partial_prefill():
+            raise RuntimeError("pooled_models' pooler reads whole prompts; vLLM scheduled part of one")
+        lengths = cursor.num_scheduled_tokens_cpu
+        token_ids = pooling_metadata.get_prompt_token_ids_cpu()
+        outputs = []
+        for index, states in enumerate(torch.split(hidden_states, lengths.tolist())):
+            if params[index].task != PLUGIN_TASK:
+                # A classify request batched with plugin ones: the same answer as in a batch of its own.
+                outputs.extend(super().forward(states, pooling_metadata[index : index + 1]))
+                continue
+            mask = torch.ones(1, states.shape[0], dtype=torch.long, device=states.device)
+            if int(token_ids[index][0]) >= self.vocabulary:  # a label's prompt: its marker comes first
+                outputs.append(segment_vectors(states.unsqueeze(0), mask, self.label_pooling)[0])
+            else:
+                outputs.append(masked_mean(states.unsqueeze(0), mask, dim=1)[0])
+        return outputs
+
+
+def _padded(hidden_states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    padded = pad_sequence(list(torch.split(hidden_states, lengths.tolist())), batch_first=True)
+    positions = torch.arange(padded.shape[1], device=padded.device)
+    return padded, (positions.unsqueeze(0) < lengths.to(padded.device).unsqueeze(1)).long()

@@ -27,7 +27,7 @@ from .modeling.modeling_token import PooledForTokenClassification
 from .modeling.pooling import POOLERS, Pooler, TokenPooler, get_pooler_class, register_pooler
 from .modeling.registry import HEADS, LABEL_TOKEN_INITS, MULTI_LABEL_LOSSES, POOLINGS
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "PooledConfig",

@@ -1,5 +1,6 @@
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 # Nothing may be fetched from the Hub, here or in CI: fail fast instead of waiting on the network.
@@ -84,8 +85,11 @@ LONG_FILES = [
 def pytest_collection_modifyitems(config, items):
     """The long files first, then the others by their number of tests, most first (xdist's own order); the tests of a
     file keep their order."""
-    files = [item.nodeid.split("::")[0] for item in items]
-    counts = {name: files.count(name) for name in set(files)}
+    counts = Counter(item.nodeid.split("::")[0] for item in items)
     rank = {name: index for index, name in enumerate(LONG_FILES)}
-    order = {id(item): (rank.get(name, len(rank)), -counts[name], name) for item, name in zip(items, files)}
-    items.sort(key=lambda item: order[id(item)])
+
+    def place(item):
+        name = item.nodeid.split("::")[0]
+        return rank.get(name, len(rank)), -counts[name], name
+
+    items.sort(key=place)  # stable: a file's tests keep their order

@@ -151,7 +151,14 @@ def test_the_wheel_installs_trains_and_serves_outside_the_repository(wheel, tmp_
     )
 
 
-QUICKSTART_NOISE = ("pin_memory", "INFO", "Generating data split", "Loading weights", "Writing model shards", "*****")
+QUICKSTART_NOISE = (
+    "pin_memory",
+    "INFO",
+    "Generating data split",
+    "Loading weights",
+    "Writing model shards",
+    "*****",
+)
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +177,9 @@ def installed(wheel, tmp_path_factory):
 def test_pip_installed_demo_trains_and_its_printed_usage_runs(installed, tmp_path):
     venv, env = installed
     found = run(
-        [venv / "bin" / "python", "-c", "import pooled_models; print(pooled_models.__file__)"], tmp_path, env=env
+        [venv / "bin" / "python", "-c", "import pooled_models; print(pooled_models.__file__)"],
+        tmp_path,
+        env=env,
     )
     assert found.stdout.strip().startswith(str(venv))  # the wheel's package, not the repository's
 
@@ -182,7 +191,9 @@ def test_pip_installed_demo_trains_and_its_printed_usage_runs(installed, tmp_pat
     output = trained.stdout + trained.stderr
     assert "Model: PooledForSequenceClassification on sentence-transformers/all-MiniLM-L6-v2 (bert)" in output
     assert f"Saved to: {tmp_path / 'quickstart' / 'outputs' / 'quickstart'}" in trained.stdout
-    assert not [line for line in output.splitlines() if any(noise in line for noise in QUICKSTART_NOISE)], output
+    assert not [line for line in output.splitlines() if any(noise in line for noise in QUICKSTART_NOISE)], (
+        output
+    )
 
     usage = trained.stdout.split("Use it:\n", 1)[1]
     snippet = textwrap.dedent(usage)

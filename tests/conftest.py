@@ -1,5 +1,6 @@
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 # Nothing may be fetched from the Hub, here or in CI: fail fast instead of waiting on the network.
@@ -61,3 +62,34 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+# The files that take longest under `make test` (its --durations, summed per file), longest first. pytest-xdist hands
+# whole files to its two workers in the order of the collection (the Makefile passes --no-loadscope-reorder; by
+# default xdist orders files by their number of tests, which put the one-test wheel file last): long files first and
+# the short ones at the end keep both workers busy to the last minute, where a long file started last ran alone.
+LONG_FILES = [
+    "tests/test_docs_examples.py",
+    "tests/modeling/test_compile_and_export.py",
+    "tests/test_wheel.py",
+    "tests/train/test_train_processes.py",
+    "tests/train/test_fault_injection.py",
+    "tests/train/test_train_runs.py",
+    "tests/train/test_small_data_defaults.py",
+    "tests/embed/test_sentence_transformers_folders.py",
+    "tests/modeling/test_auto_and_hub.py",
+    "tests/sweep/test_sweep_resume.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    """The long files first, then the others by their number of tests, most first (xdist's own order); the tests of a
+    file keep their order."""
+    counts = Counter(item.nodeid.split("::")[0] for item in items)
+    rank = {name: index for index, name in enumerate(LONG_FILES)}
+
+    def place(item):
+        name = item.nodeid.split("::")[0]
+        return rank.get(name, len(rank)), -counts[name], name
+
+    items.sort(key=place)  # stable: a file's tests keep their order

@@ -1,14 +1,23 @@
-"""The package as a user gets it: the wheel installed in a fresh venv outside the repository. The base install
-loads and runs a model; with [train], pooled-train trains one to completion (model card included) and pipeline()
-serves it. Slow: a venv and the dependencies are installed (from the machine's pip cache when warm). torch alone is
-shared with the running interpreter's (the same pinned CPU build, linked rather than copied: its 45 s unpack bought
-no check), so every other dependency the package declares, or forgets to, is installed or missing as for a user."""
+"""The package as a user gets it: the wheel (built once, for both tests) installed outside the repository.
+
+In a fresh venv, the base install loads and runs a model; with [train], pooled-train trains one to completion (model
+card included) and pipeline() serves it. Slow: a venv and the dependencies are installed (from the machine's pip cache
+when warm). torch alone is shared with the running interpreter's (the same pinned CPU build, linked rather than
+copied: its 45 s unpack bought no check), so every other dependency the package declares, or forgets to, is installed
+or missing as for a user.
+
+The pip route of the README's CLI quickstart: ``pooled-train --demo quickstart && pooled-train
+quickstart/quickstart.yaml`` (a few steps, on the packaged MiniLM), and the usage the run prints, run as printed. A
+pip install has no configs/ and no data/: --demo writes them. Cheaper than the first test: the wheel goes into a venv
+of its own without its dependencies, which come from the running interpreter's environment (a path entry, so the
+repository's editable install there is not imported: the wheel's pooled_models is)."""
 
 import importlib.metadata
 import json
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import zipfile
 
@@ -48,10 +57,16 @@ def venv_site_packages(venv):
     return site_packages
 
 
-def test_the_wheel_installs_trains_and_serves_outside_the_repository(tmp_path, tiny_backbone_path):
-    dist = tmp_path / "dist"
-    run([sys.executable, "-m", "pip", "wheel", REPO, "--no-deps", "--quiet", "-w", dist], cwd=tmp_path)
-    (wheel,) = dist.glob("pooled_models-*.whl")
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """The package's wheel, as ``pip wheel`` builds it from the repository."""
+    dist = tmp_path_factory.mktemp("dist")
+    run([sys.executable, "-m", "pip", "wheel", REPO, "--no-deps", "--quiet", "-w", dist], cwd=dist)
+    (built,) = dist.glob("pooled_models-*.whl")
+    return built
+
+
+def test_the_wheel_installs_trains_and_serves_outside_the_repository(wheel, tmp_path, tiny_backbone_path):
     names = zipfile.ZipFile(wheel).namelist()
     # The card templates live in the repository's top-level model_cards/, which setup.py maps into the package.
     assert {
@@ -134,3 +149,54 @@ def test_the_wheel_installs_trains_and_serves_outside_the_repository(tmp_path, t
         "usage: python -m pooled_models.train"
         in run([python, "-m", "pooled_models.train", "--help"], cwd=elsewhere, env=env).stdout
     )
+
+
+QUICKSTART_NOISE = (
+    "pin_memory",
+    "INFO",
+    "Generating data split",
+    "Loading weights",
+    "Writing model shards",
+    "*****",
+)
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory):
+    """``(venv, env)``: the wheel installed in a venv whose other packages are the running environment's."""
+    work = tmp_path_factory.mktemp("wheel_quickstart")
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["HF_HUB_OFFLINE"] = "1"
+    venv = work / "venv"
+    run([sys.executable, "-m", "venv", venv], work, env=env)
+    run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", wheel], work, env=env)
+    (venv_site_packages(venv) / "shared_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv, env
+
+
+def test_pip_installed_demo_trains_and_its_printed_usage_runs(installed, tmp_path):
+    venv, env = installed
+    found = run(
+        [venv / "bin" / "python", "-c", "import pooled_models; print(pooled_models.__file__)"],
+        tmp_path,
+        env=env,
+    )
+    assert found.stdout.strip().startswith(str(venv))  # the wheel's package, not the repository's
+
+    demo = run([venv / "bin" / "pooled-train", "--demo", "quickstart"], tmp_path, env=env).stdout
+    assert demo.strip().splitlines()[-1].strip() == "pooled-train quickstart/quickstart.yaml"
+    command = demo.strip().splitlines()[-1].split()
+    fast = ["--max_steps", "3", "--max_eval_samples", "16", "--max_predict_samples", "16"]
+    trained = run([venv / "bin" / command[0], *command[1:], *fast], tmp_path, env=env)
+    output = trained.stdout + trained.stderr
+    assert "Model: PooledForSequenceClassification on sentence-transformers/all-MiniLM-L6-v2 (bert)" in output
+    assert f"Saved to: {tmp_path / 'quickstart' / 'outputs' / 'quickstart'}" in trained.stdout
+    assert not [line for line in output.splitlines() if any(noise in line for noise in QUICKSTART_NOISE)], (
+        output
+    )
+
+    usage = trained.stdout.split("Use it:\n", 1)[1]
+    snippet = textwrap.dedent(usage)
+    assert 'model="quickstart/outputs/quickstart"' in snippet
+    answer = run([venv / "bin" / "python", "-c", snippet], tmp_path, env=env).stdout
+    assert "'label': " in answer and "'score': " in answer

@@ -122,7 +122,9 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     # to compare against when it saves (to_diff_dict, _get_generation_parameters); later versions read no such flag.
     has_no_defaults_at_init = True
 
-    backbone_config: dict | PreTrainedConfig | None = None
+    # The config class first: huggingface_hub's strict validation tries the union in order, and a config that fails
+    # `dict` is serialised whole (repr) into the discarded TypeError, which made building a model several times slower.
+    backbone_config: PreTrainedConfig | dict | None = None
     tasks: dict[str, dict] | None = None
     task_order: list[str] | None = None
     position_ids_from_mask: bool = True

@@ -227,7 +227,9 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
     sub_configs_defaults = backbone_sub_config_defaults()  # compat.py: empty before transformers 5.20
     sub_configs = BACKBONE_SUB_CONFIGS
 
-    backbone_config: dict | PreTrainedConfig | None = None
+    # The config class first: huggingface_hub's strict validation tries the union in order, and a config that fails
+    # `dict` is serialised whole (repr) into the discarded TypeError, which made building a model several times slower.
+    backbone_config: PreTrainedConfig | dict | None = None
     pooling: str = registered(POOLINGS, "mean")
     layer_start: int | None = None
     layer_token_pooling: str | None = None

@@ -128,12 +128,16 @@ OTHER_SHAPES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def mean_export(tmp_path_factory):
+    """A mean-pooling classifier's ONNX file (export_onnx verifies it): exported once for the two tests that read it."""
+    return export_onnx(model_for("mean"), tmp_path_factory.mktemp("mean_export") / "model.onnx")
+
+
 # One pooling is enough for the single-model export path: every pooling, label tokens in three variants included, is
 # exported and compared the same way by the multi-task export below (one export instead of one per pooling).
-@pytest.mark.parametrize("pooling", ["mean"])
-def test_onnx_export_with_dynamic_axes_matches_pytorch_on_other_shapes(pooling, tmp_path):
-    model = model_for(pooling).eval()
-    path = export_onnx(model, tmp_path / "model.onnx")
+def test_onnx_export_with_dynamic_axes_matches_pytorch_on_other_shapes(mean_export):
+    model, path = model_for("mean").eval(), mean_export
     for batch in OTHER_SHAPES:
         (logits,) = onnx_outputs(path, batch)
         with torch.no_grad():
@@ -202,16 +206,11 @@ def test_a_pooled_model_exports_its_embeddings(pooling, tmp_path):
     assert {item.name for item in session.get_inputs()} == {"input_ids", "attention_mask", "token_type_ids"}
 
 
-def test_an_export_that_does_not_match_is_refused(tmp_path, monkeypatch):
-    model = model_for("mean")
-    path = export_onnx(model, tmp_path / "model.onnx", verify=False)
+def test_an_export_that_does_not_match_is_refused(mean_export):
+    model, path = model_for("mean"), mean_export  # the model the file was exported from (the same seed)
     from pooled_models import export
 
-    with torch.no_grad():
-        model.classifier.head.out_proj.bias += 1.0  # the PyTorch model no longer matches the file
-    with pytest.raises(
-        ValueError, match=r"differs from the PyTorch model by .* on a batch of shape \(2, 16\)"
-    ):
+    def verify():
         export._verify(
             export._Exported(model, True),
             path,
@@ -219,6 +218,14 @@ def test_an_export_that_does_not_match_is_refused(tmp_path, monkeypatch):
             [export._sample_batch(model, 2, 16, 0)],
             atol=1e-4,
         )
+
+    verify()  # the control: the file matches the model it was exported from
+    with torch.no_grad():
+        model.classifier.head.out_proj.bias += 1.0  # the PyTorch model no longer matches the file
+    with pytest.raises(
+        ValueError, match=r"differs from the PyTorch model by .* on a batch of shape \(2, 16\)"
+    ):
+        verify()
 
 
 # The poolings whose pooler holds parameters, which offloading moves to disk (test_the_offload_list_is_complete).

@@ -1,6 +1,6 @@
 """pooled-train --demo DIR: the quickstart's config files and data for an install without configs/ and data/. The
 files are the repository's (same settings, same rows) with absolute paths, so they run from any folder; training
-them from a pip install is tests/test_wheel_quickstart.py's."""
+them from a pip install is tests/test_wheel.py's."""
 
 import os
 

@@ -170,7 +170,11 @@ def test_default_pooling_reads_the_labels_of_few_single_label_examples(rows, cha
 
 
 def test_a_few_example_run_reads_its_labels_unless_told(tiny_backbone_path, tmp_path):
-    plan, folder = run_without_epochs(tiny_backbone_path, tmp_path / "default", topic_rows(40))
+    # One epoch: the number of epochs does not enter the choice of pooling (few_examples.default_pooling), and the
+    # default 32 epochs are trained by test_a_small_training_set_trains_for_enough_steps.
+    plan, folder = run_without_epochs(
+        tiny_backbone_path, tmp_path / "default", topic_rows(40), "--num_train_epochs", "1"
+    )
     config = json.loads((folder / "config.json").read_text())
     assert (config["pooling"], config["label_text_scorer"]) == ("label_text", "per_label")
     plan, folder = run_without_epochs(

@@ -232,7 +232,13 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import transformers
+
     args = parse_arguments(argv)
+    # transformers' verbosity and bars as they were afterwards, for a caller that goes on in the same process (a
+    # later model.encode(..., show_progress_bar=True) must still show its bar)
+    verbosity = transformers.utils.logging.get_verbosity()
+    bars = transformers.utils.logging.is_progress_bar_enabled()
     set_up_output(args.verbose)
     try:
         run(args)
@@ -242,4 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as error:  # a model that cannot be loaded, a label it does not have...
         print(f"{PROGRAM}: error: {error}", file=sys.stderr)
         return 1
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
     return 0

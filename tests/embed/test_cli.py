@@ -60,6 +60,21 @@ def test_texts_file_to_embeddings_pairs_and_heatmap(checkpoint, tmp_path, capsys
     assert width > 300 and height > 300
 
 
+def test_the_libraries_output_settings_are_as_they_were_afterwards(checkpoint, tmp_path):
+    # pooled-embed quiets transformers' bars while it runs; a caller that goes on in the same process (a notebook, a
+    # test) then still gets model.encode(..., show_progress_bar=True)'s bar
+    import transformers.utils.logging as hf_logging
+
+    folder, _ = checkpoint
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n")
+    hf_logging.enable_progress_bar()
+    verbosity = hf_logging.get_verbosity()
+    for verbose in ([], ["--verbose"]):
+        assert embed("--model", folder, "--input", tmp_path / "texts.txt", *verbose) == 0
+        assert hf_logging.is_progress_bar_enabled()
+        assert hf_logging.get_verbosity() == verbosity
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl"])
 def test_a_column_of_a_table(suffix, checkpoint, tmp_path, capsys):
     folder, model = checkpoint

@@ -33,7 +33,7 @@ from ..modeling.modeling_pooled import PooledModel
 from .backbone_base import Backbone
 from .routes import RUN_ALONE
 
-__all__ = ["TransformersBackbone", "request_lengths"]
+__all__ = ["TransformersBackbone", "length_groups", "request_lengths"]
 
 
 def request_lengths(positions: torch.Tensor) -> list[int]:
@@ -52,10 +52,26 @@ def request_lengths(positions: torch.Tensor) -> list[int]:
     return lengths
 
 
+# At most this many positions (rows x the longest row) in one padded batch of the transformers route.
+POSITIONS_PER_BATCH = 4096
+
+
+def length_groups(lengths: list[int], positions_per_batch: int = POSITIONS_PER_BATCH) -> list[list[int]]:
+    """The request indices in batches of like lengths: sorted by length, a batch closed when one more request would
+    make it hold more than ``positions_per_batch`` positions once padded (a longer request alone makes its own)."""
+    groups: list[list[int]] = []
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if groups and (len(groups[-1]) + 1) * lengths[index] <= positions_per_batch:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    return groups
+
+
 class TransformersBackbone(Backbone):
     """The checkpoint's transformers backbone, run as the pooled model runs it (``PooledModel.run_backbone``: the
     inputs it takes, position ids from the mask, an encoder-decoder's encoder), on vLLM's requests padded into one
-    batch on the right."""
+    batches of like lengths on the right."""
 
     def build(self, vllm_config, prefix):
         # A pooled model (pooler included, never run) lends its run_backbone; only its backbone is a submodule of the
@@ -80,6 +96,19 @@ class TransformersBackbone(Backbone):
             self.run_alone
         ):  # states that move with padding: each request unpadded, as pipeline(...) runs one text
             return torch.cat([self._states(request.unsqueeze(0), None) for request in requests])
+        # Requests of like lengths padded together, so that a short text is not padded to the step's longest (the
+        # states of each request are those it gets alone: the types whose states move with padding run alone above).
+        states: list[torch.Tensor | None] = [None] * len(requests)
+        for group in length_groups(lengths):
+            batch = [requests[index] for index in group]
+            flat = self._padded_states(batch, [lengths[index] for index in group])
+            for index, request_states in zip(
+                group, torch.split(flat, [lengths[i] for i in group]), strict=True
+            ):
+                states[index] = request_states
+        return torch.cat(states)
+
+    def _padded_states(self, requests: list[torch.Tensor], lengths: list[int]) -> torch.Tensor:
         padded = pad_sequence(requests, batch_first=True, padding_value=self.pooled.pad_token_id)
         columns = torch.arange(padded.shape[1], device=padded.device)
         mask = (columns.unsqueeze(0) < torch.tensor(lengths, device=padded.device).unsqueeze(1)).long()

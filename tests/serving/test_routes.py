@@ -124,3 +124,14 @@ def test_a_split_prompt_is_refused():
     assert request_lengths(torch.tensor([0, 1, 2, 0, 0, 1])) == [3, 1, 2]
     with pytest.raises(RuntimeError, match="whole prompts"):
         request_lengths(torch.tensor([3, 4, 0, 1]))
+
+
+def test_the_transformers_route_pads_requests_of_like_lengths_together():
+    from pooled_models.serving.transformers_backbone import length_groups
+
+    lengths = [50, 3, 40, 4, 200, 5, 45]
+    groups = length_groups(lengths, positions_per_batch=150)
+    assert sorted(index for group in groups for index in group) == list(range(len(lengths)))
+    assert groups == [[1, 3, 5], [2, 6, 0], [4]]  # by length; 4 x 50 > 150 closes the second; 200 alone
+    for group in groups:  # within the budget once padded, unless one request alone is longer
+        assert len(group) == 1 or len(group) * max(lengths[i] for i in group) <= 150

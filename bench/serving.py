@@ -263,6 +263,15 @@ def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, no GPU"
 
 
+def speed_rows(texts_per_second: dict[str, float], speedups: dict[str, float]) -> list[str]:
+    """A markdown row per path: its texts per second and the measured side's speed-up over it (blank for itself)."""
+    rows = []
+    for name, rate in texts_per_second.items():
+        ratio = speedups.get(name)
+        rows.append(f"| {name} | {rate:.1f} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+    return rows
+
+
 def report_markdown(results: dict) -> str:
     settings, offline_results, online_results = results["settings"], results["offline"], results["online"]
     lines = [
@@ -280,9 +289,7 @@ def report_markdown(results: dict) -> str:
         "| path | texts/s | vLLM's speed-up over it |",
         "| --- | ---: | ---: |",
     ]
-    for name, rate in offline_results["texts_per_second"].items():
-        ratio = offline_results["vllm_speedup"].get(name)
-        lines.append(f"| {name} | {rate:.1f} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+    lines += speed_rows(offline_results["texts_per_second"], offline_results["vllm_speedup"])
     lines += [
         "",
         f"vLLM's scores against the pipeline's: largest difference {offline_results['max_score_difference']:.1e}; "

@@ -53,6 +53,7 @@ from serving import (  # noqa: E402  (bench/serving.py: its environment settings
     fortunes_texts,
     machine,
     percentile,
+    speed_rows,
 )
 from transformers import AutoTokenizer, pipeline  # noqa: E402
 from vllm_server import Server  # noqa: E402
@@ -211,9 +212,7 @@ def report_markdown(results: dict) -> str:
         "| path | texts/s | label text in vLLM: speed-up over it |",
         "| --- | ---: | ---: |",
     ]
-    for name, rate in off["texts_per_second"].items():
-        ratio = off["label_text_speedup"].get(name)
-        lines.append(f"| {name} | {rate:.1f} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+    lines += speed_rows(off["texts_per_second"], off["label_text_speedup"])
     lines += [
         "",
         f"vLLM's label-text scores against the pipeline's: largest difference {off['max_score_difference']:.1e}; "

@@ -22,16 +22,13 @@ a label's (``label_text_pooling``) or a text's (the mean of its states).
 
 from __future__ import annotations
 
-from collections.abc import Set
-
 import torch
-from torch.nn.utils.rnn import pad_sequence
 from vllm.model_executor.layers.pooler.common import PoolingParamsUpdate
 from vllm.v1.pool.metadata import PoolingMetadata
 
 from ..modeling.label_text_layout import masked_mean, segment_vectors
 from ..modeling.text_config import text_config_of
-from .pooler import PooledModelPooler
+from .pooler import PooledModelPooler, padded_states
 
 __all__ = ["LabelTextModelPooler", "PLUGIN_TASK"]
 
@@ -50,9 +47,6 @@ class LabelTextModelPooler(PooledModelPooler):
         self.register_buffer(
             "label_vectors", torch.zeros(config.num_labels, pooling.output_dim), persistent=False
         )
-
-    def get_supported_tasks(self) -> Set[str]:
-        return self.tasks
 
     def get_pooling_updates(self, task) -> PoolingParamsUpdate:
         # The plugin task tells a label's prompt from a text's by its first id (the marker, past the vocabulary).
@@ -98,7 +92,7 @@ class LabelTextModelPooler(PooledModelPooler):
 
     def pool(self, hidden_states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """``[requests, 1 + L, H]``: each text's vector, then the model's own labels' (what the head reads)."""
-        padded, mask = _padded(hidden_states, lengths)
+        padded, mask = padded_states(hidden_states, lengths)
         text = masked_mean(padded, mask, dim=1)
         labels = self.label_vectors.to(text.dtype).unsqueeze(0).expand(text.shape[0], -1, -1)
         return torch.cat([text.unsqueeze(1), labels], dim=1)
@@ -124,9 +118,3 @@ class LabelTextModelPooler(PooledModelPooler):
             else:
                 outputs.append(masked_mean(states.unsqueeze(0), mask, dim=1)[0])
         return outputs
-
-
-def _padded(hidden_states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    padded = pad_sequence(list(torch.split(hidden_states, lengths.tolist())), batch_first=True)
-    positions = torch.arange(padded.shape[1], device=padded.device)
-    return padded, (positions.unsqueeze(0) < lengths.to(padded.device).unsqueeze(1)).long()

@@ -8,7 +8,6 @@ package's own renaming of earlier layouts), and every parameter comes from the c
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -22,12 +21,13 @@ from ..modeling.layer_pooling import _num_hidden_states
 from ..modeling.modeling_pooled import PooledClassifier, PooledForSequenceClassification, PooledModel
 from ..modeling.pooling import build_pooler
 from .backbones import backbone_for
+from .checkpoint_keys import renamed_key
 from .label_text import LabelTextModelPooler
 from .label_tokens import LabelTokenModelPooler, tokenizer_refusal
 from .pooler import PooledModelPooler
-from .support import REFUSED_ARCHITECTURES, refusal, served_tasks
+from .support import refusal, served_tasks
 
-__all__ = ["ServedPooledClassifier", "ServedPooledModel", "RefusedPooledArchitecture"]
+__all__ = ["ServedPooledClassifier", "ServedPooledModel"]
 
 BACKBONE = "backbone."
 # The poolers of the label poolings: their prompts carry ids past the vocabulary (label markers, label tokens).
@@ -66,6 +66,8 @@ class _ServedPooled(nn.Module):
             if reason is not None:
                 raise ValueError(reason)
         self.pooler = self.make_pooler(config, pooling, head)
+        # A label pooling's prompts carry ids past the vocabulary (label markers, label tokens): decided once here.
+        self.marks_inputs = isinstance(self.pooler, tuple(LABEL_POOLERS.values()))
 
     def make_pooler(self, config, pooling: nn.Module | None, head: nn.Module | None) -> nn.Module:
         """The vLLM pooler that answers the architecture's tasks (a token classifier's answers per token; a label
@@ -102,7 +104,7 @@ class _ServedPooled(nn.Module):
     ) -> torch.Tensor:
         if inputs_embeds is not None:
             raise ValueError("pooled_models' vLLM models take token ids, not prompt embeddings")
-        if isinstance(self.pooler, tuple(LABEL_POOLERS.values())):  # ids past the vocabulary: label vectors
+        if self.marks_inputs:  # ids past the vocabulary: the label vectors
             inputs_embeds = self.pooler.marked_embeddings(self.backbone.embed_input_ids, input_ids)
             input_ids = input_ids.clamp(max=self.pooler.vocabulary - 1)
             return self.family.run(self.backbone, input_ids, positions, inputs_embeds)
@@ -140,9 +142,7 @@ class _ServedPooled(nn.Module):
         return None
 
     def _renamed(self, name: str) -> str:
-        for pattern, replacement in self.legacy_key_mapping.items():
-            name = re.sub(pattern, replacement, name)
-        return name
+        return renamed_key(name, self.legacy_key_mapping)
 
 
 class ServedPooledClassifier(_ServedPooled):
@@ -169,20 +169,3 @@ class ServedPooledModel(_ServedPooled):
     @staticmethod
     def pooled_parts(config):
         return build_pooler(config), None
-
-
-@default_pooling_type(seq_pooling_type="CLS")
-class RefusedPooledArchitecture(nn.Module):
-    """Registered for the pooled architectures the plugin does not serve, so that vLLM refuses them by name rather than
-    run them through its Transformers backend."""
-
-    is_pooling_model = True
-
-    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
-        super().__init__()
-        config = vllm_config.model_config.hf_config
-        architecture = next(
-            (name for name in config.architectures or [] if name in REFUSED_ARCHITECTURES),
-            "this architecture",
-        )
-        raise ValueError(refusal(config, architecture))

@@ -23,7 +23,7 @@ from vllm.model_executor.layers.pooler import Pooler
 from vllm.model_executor.layers.pooler.activations import get_act_fn
 from vllm.v1.pool.metadata import PoolingMetadata
 
-__all__ = ["PooledModelPooler"]
+__all__ = ["PooledModelPooler", "padded_states"]
 
 
 class PooledModelPooler(Pooler):
@@ -74,9 +74,7 @@ class PooledModelPooler(Pooler):
 
     def pool(self, hidden_states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """The pooled vectors ``[requests, D]`` of the flattened states of requests of ``lengths`` tokens."""
-        padded = pad_sequence(list(torch.split(hidden_states, lengths.tolist())), batch_first=True)
-        positions = torch.arange(padded.shape[1], device=padded.device)
-        mask = (positions.unsqueeze(0) < lengths.to(padded.device).unsqueeze(1)).long()
+        padded, mask = padded_states(hidden_states, lengths)
         if self.layers is None:
             return self.pooling(padded, mask)
         every = [
@@ -85,3 +83,11 @@ class PooledModelPooler(Pooler):
         for index, states in zip(self.layers, padded.chunk(len(self.layers), dim=-1), strict=True):
             every[index] = states
         return self.pooling(every[self.layers[-1]], mask, every)
+
+
+def padded_states(hidden_states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's flattened ``[tokens, width]`` states of requests of ``lengths`` tokens as the ``[requests, length,
+    width]`` batch and attention mask that pooled_models' poolers read (padded on the right)."""
+    padded = pad_sequence(list(torch.split(hidden_states, lengths.tolist())), batch_first=True)
+    positions = torch.arange(padded.shape[1], device=padded.device)
+    return padded, (positions.unsqueeze(0) < lengths.to(padded.device).unsqueeze(1)).long()

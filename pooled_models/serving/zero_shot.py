@@ -22,7 +22,6 @@ Registered under the ``vllm.io_processor_plugins`` entry point ``pooled_models_z
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from ..modeling.heads import LabelTextHead
 from ..modeling.label_text import label_text_token_ids
 from ..modeling.modeling_pooled import PooledForSequenceClassification
 from ..modeling.zero_shot_pipeline import DEFAULT_TEMPLATE, ranked_labels
+from .checkpoint_keys import renamed_key
 from .vocabulary import marker_id
 
 __all__ = [
@@ -212,17 +212,10 @@ def _load_head(config, model_config) -> LabelTextHead:
     for path in sorted(folder.glob("*.safetensors")):
         with safe_open(str(path), framework="pt") as weights:
             for key in weights.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                name = _renamed(key)
+                name = renamed_key(key, PooledForSequenceClassification._legacy_key_mapping)
                 if name.startswith(HEAD):
                     state[name[len(HEAD) :]] = weights.get_tensor(key)
     if "weight" in state:  # per_label: one weight vector per label, as wide as the pooled vectors
         head = LabelTextHead(config, state["weight"].shape[1])
     head.load_state_dict(state, strict=True)
     return head.float().eval()
-
-
-def _renamed(name: str) -> str:
-    """A checkpoint key under the name the classifier loads it by (the package's renaming of earlier layouts)."""
-    for pattern, replacement in PooledForSequenceClassification._legacy_key_mapping.items():
-        name = re.sub(pattern, replacement, name)
-    return name

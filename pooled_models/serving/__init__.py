@@ -8,7 +8,7 @@ checkpoint is loaded. This room is the only one that imports vllm; the model roo
 
 from __future__ import annotations
 
-from .support import REFUSED_ARCHITECTURES, SERVED_ARCHITECTURES
+from .support import SERVED_ARCHITECTURES
 
 __all__ = ["register", "registered"]
 
@@ -23,9 +23,8 @@ MODEL_CLASSES = {
     "PooledModel": "ServedPooledModel",
     "PooledForTokenClassification": "token_model:ServedPooledTokenClassifier",
     "PooledForMultiTask": "multitask_model:ServedPooledMultiTask",
-    **dict.fromkeys(REFUSED_ARCHITECTURES, "RefusedPooledArchitecture"),
 }
-assert set(MODEL_CLASSES) == {*SERVED_ARCHITECTURES, *REFUSED_ARCHITECTURES}
+assert set(MODEL_CLASSES) == set(SERVED_ARCHITECTURES)
 
 
 def register() -> None:

@@ -21,7 +21,6 @@ __all__ = [
     "ENCODER_BACKBONES",
     "DECODER_BACKBONES",
     "SERVED_ARCHITECTURES",
-    "REFUSED_ARCHITECTURES",
     "TOKEN_ARCHITECTURES",
     "served_tasks",
     "refusal",
@@ -48,9 +47,6 @@ SERVED_ARCHITECTURES = {
     # One task per served model, named by the config override served_task (serving/multitask_support.py).
     "PooledForMultiTask": ("classify", "token_classify"),
 }
-# Pooled architectures the plugin registers only to refuse them by name (rather than let vLLM fall back to its
-# Transformers backend, which would put its own pooler in front of the model's head), with the reason.
-REFUSED_ARCHITECTURES: dict[str, str] = {}
 # Architectures whose head reads every token's state: their config's pooling never runs, so none is refused.
 TOKEN_ARCHITECTURES = ("PooledForTokenClassification",)
 
@@ -68,8 +64,6 @@ def refusal(config, architecture: str) -> str | None:
     """Why vLLM cannot serve this checkpoint exactly (the message names what, why and what to do instead), or None
     when it can."""
     prefix = f"pooled_models' vLLM plugin cannot serve {architecture}"
-    if architecture in REFUSED_ARCHITECTURES:
-        return f"{prefix}: {REFUSED_ARCHITECTURES[architecture]}. Instead, {ALTERNATIVES}."
     if architecture not in SERVED_ARCHITECTURES:
         return f"{prefix}: unknown architecture. Served: {', '.join(SERVED_ARCHITECTURES)}."
     if architecture == "PooledForMultiTask":

@@ -30,9 +30,15 @@ def test_a_token_classifier_serves_token_classify():
 
 @pytest.mark.parametrize("backbone", ["bert", "roberta", "llama"])
 def test_a_token_classifier_is_served_whatever_its_unused_pooling(backbone):
-    # The pooling of a token classifier's config only gives AutoModel's embeddings: the token head is served whatever
-    # it names (the config's pooling is never built for a token classifier).
-    config = PooledConfig(backbone_config=tiny_backbone_config(backbone), pooling="lstm", num_labels=3)
+    # The pooling of a token classifier's config only gives AutoModel's embeddings: a pooling refused for a sequence
+    # classifier (label text whose labels attend to the text) does not stop the token head from being served.
+    config = PooledConfig(
+        backbone_config=tiny_backbone_config(backbone),
+        pooling="label_text",
+        label_text_layers=1,
+        id2label={0: "joy", 1: "anger", 2: "fear"},
+    )
+    assert refusal(config, "PooledForSequenceClassification") is not None
     assert refusal(config, TOKEN) is None
 
 

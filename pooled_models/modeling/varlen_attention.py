@@ -137,7 +137,8 @@ def _window(causal: bool, sliding_window: int | None) -> tuple[int, int]:
 
 def _attend(query, key, value, boundaries, longest, scaling, window) -> torch.Tensor:
     """``[heads, tokens, dim]`` inputs -> ``[tokens, heads, dim]``."""
-    query, key, value = (tensor.transpose(0, 1) for tensor in (query, key, value))  # [tokens, heads, dim]
+    # [tokens, heads, dim]; a no-op copy where the projections laid the heads out per token (BERT, Llama...)
+    query, key, value = (tensor.transpose(0, 1).contiguous() for tensor in (query, key, value))
     if (
         key.shape[1] != query.shape[1]
     ):  # grouped-query attention: each key/value head serves several query heads

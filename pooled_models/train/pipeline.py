@@ -22,12 +22,14 @@ from typing import Any
 
 from transformers import TrainerCallback, set_seed
 
+from ..modeling.inputs import values_checked_by_caller
 from .arguments.model import chosen_model_settings
+from .batch_layout import choose_padding_free, collator_for
 from .card import card_data, render_model_card
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
 from .console import describe_model, describe_tasks, install_progress, log_metrics, print_summary, say
-from .data import TaskData, read_task, tokenize_task
-from .data.multitask import MultiTaskRows, TaskCollator
+from .data import TaskData, check_token_ids, read_task, tokenize_task
+from .data.multitask import MultiTaskRows
 from .evaluation import summary_metrics, task_config, tune_decision_thresholds
 from .model import build_model, choose_max_length, freeze_backbone, freeze_heads, load_tokenizer
 from .output_dir import StagedOutputDir, push_folder
@@ -100,15 +102,21 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
             max_length = choose_max_length(task.spec.data.max_seq_length, tokenizer, model)
             tokenize_task(task, tokenizer, max_length, named=not plan.single)
     _prepare_for_training(plan, model)
-    say(training_args, [describe_model(model, source.base_model, parameters)])
+    kinds = {name: task.kind for name, task in tasks.items()}
+    padding_free, layout = choose_padding_free(training_args, model, kinds)
+    for task in tasks.values():
+        check_token_ids(task, model.get_input_embeddings().num_embeddings)
+    say(training_args, [describe_model(model, source.base_model, parameters), layout])
 
     # Everything is checked: from here on the run writes, into the staging folder only.
     if training_args.should_save:
         staging.create(resuming=checkpoint is not None)
-    trainer = _trainer(plan, model, tokenizer, tasks, callbacks)
+    trainer = _trainer(plan, model, tokenizer, tasks, callbacks, padding_free)
     progress = install_progress(trainer)  # one bar per phase, unless --log_level info
     try:
-        metrics = _train_and_evaluate(plan, trainer, tasks, checkpoint, tokenizer, progress)
+        # Token ids were checked above and labels when read: the model need not read them back at every step.
+        with values_checked_by_caller():
+            metrics = _train_and_evaluate(plan, trainer, tasks, checkpoint, tokenizer, progress)
     except BaseException:
         if trainer.is_world_process_zero():
             report_failure(staging)
@@ -153,9 +161,12 @@ def _prepare_for_training(plan: RunPlan, model) -> None:
         check_training_options(model, args)
 
 
-def _trainer(plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callbacks) -> PooledTrainer:
+def _trainer(
+    plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callbacks, padding_free: bool
+) -> PooledTrainer:
     """The Trainer of the run: a dict of each task's rows to evaluate; one task's rows, or every task's, to train."""
     args = plan.trainer_args
+    kinds = {name: task.kind for name, task in tasks.items()}
     training = None
     if "train" in plan.roles:
         rows = {name: task.encoded["train"] for name, task in tasks.items()}
@@ -168,7 +179,7 @@ def _trainer(plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callba
         if "validation" in plan.roles
         else None,
         processing_class=tokenizer,
-        data_collator=TaskCollator(tokenizer, {name: task.kind for name, task in tasks.items()}),
+        data_collator=collator_for(padding_free, tokenizer, kinds, args.pad_to_multiple_of),
         callbacks=callbacks_for(args) + list(callbacks),
         tasks=[task.spec for task in plan.tasks.values()],
         name_tasks=not plan.single,

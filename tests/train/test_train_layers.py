@@ -32,6 +32,7 @@ LAYERS = [
         "output_dir",
         "checkpoints",
         "demo",
+        "batch_layout",
     },
     {"arguments", "tasks", "options", "__init__"},
 ]

@@ -13,6 +13,7 @@ from transformers import TrainingArguments
 from ...errors import UsageError
 from ...thresholds import AVERAGES
 from ..options import TRAINING_OPTIONS, require_number
+from .speed import SpeedArguments, check_speed_arguments
 
 __all__ = [
     "PooledTrainingArguments",
@@ -68,7 +69,7 @@ TRAIN_BATCH_SIZE = 16
 
 
 @dataclass
-class PooledTrainingArguments(TrainingArguments):
+class PooledTrainingArguments(SpeedArguments, TrainingArguments):
     _argument_group_name = (
         "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
     )
@@ -259,6 +260,7 @@ class PooledTrainingArguments(TrainingArguments):
                 require_number(name, getattr(self, name), lambda value: value >= 0, ">= 0 (or unset)")
         for option in TRAINING_OPTIONS.values():
             option.check_arguments(self)
+        check_speed_arguments(self)
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")

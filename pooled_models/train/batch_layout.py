@@ -1,0 +1,89 @@
+"""How a run lays its batches out on the device (arguments/speed.py): padding-free or padded, and with which
+collator. ``--padding_free auto`` chooses padding-free batches where they run, and says why not elsewhere; the
+choice changes how fast a step runs, not what it computes (tests/train/test_batch_layout.py), except that torch's
+varlen kernel applies no attention dropout, which the log line says where the backbone has some."""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import UsageError
+from ..modeling.configuration_multitask import SEQUENCE
+from ..modeling.modeling_pooled import PooledForSequenceClassification
+from ..modeling.packing import packing_refusal
+from ..modeling.text_config import text_config_of
+from ..modeling.varlen_attention import (
+    TORCH_VARLEN,
+    register_varlen_attention,
+    varlen_unavailable_reason,
+)
+from .data.flat import FlatCollator
+from .data.multitask import TaskCollator
+
+__all__ = ["padding_free_refusal", "choose_padding_free", "collator_for"]
+
+logger = logging.getLogger("pooled_models.train")
+
+# Where backbone configs keep the attention probabilities' dropout (BERT's family, then most others).
+ATTENTION_DROPOUT_FIELDS = ("attention_probs_dropout_prob", "attention_dropout")
+
+
+def padding_free_refusal(args, model, kinds: dict[str, str]) -> str | None:
+    """Why this run cannot train padding-free, or None where it can."""
+    if list(kinds.values()) != [SEQUENCE]:
+        return "token and multi-task runs pad their batches (their labels are per token or per task)"
+    if not isinstance(model, PooledForSequenceClassification):
+        return f"{type(model).__name__} is not a pooled model, and pooled models are the ones that read them"
+    reason = varlen_unavailable_reason(args.device)
+    if reason is not None:
+        return reason
+    if not (args.bf16 or args.fp16):
+        return "torch's varlen kernel runs in half precision: train with --bf16 true (or --fp16 true)"
+    if args.pad_to_multiple_of is not None:
+        return "--pad_to_multiple_of asks for padded batches"
+    if args.torch_compile:
+        return (
+            "--torch_compile: a padding-free row changes shape at every batch, and the compiled model would "
+            "recompile; compiled runs pad (--pad_to_multiple_of keeps their shapes few)"
+        )
+    return packing_refusal(model.get_backbone(), varlen=True)
+
+
+def choose_padding_free(args, model, kinds: dict[str, str]) -> tuple[bool, str]:
+    """``(on, the log line)``; switches the backbone to torch_varlen when on. ``--padding_free true`` refuses a run
+    that cannot."""
+    if args.max_tokens_per_batch is not None and len(kinds) > 1:
+        raise UsageError(
+            "--max_tokens_per_batch: a multi-task run draws each batch from one task (--task_sampling), "
+            "per_device_train_batch_size rows at a time; leave max_tokens_per_batch unset."
+        )
+    if args.padding_free == "false":
+        return False, "Batches: padded (--padding_free false)"
+    refusal = padding_free_refusal(args, model, kinds)
+    if refusal is not None:
+        if args.padding_free == "true":
+            raise UsageError(f"--padding_free true: {refusal}.")
+        return False, f"Batches: padded; padding-free is off: {refusal}"
+    register_varlen_attention()
+    model.get_backbone().set_attn_implementation(TORCH_VARLEN)
+    line = "Batches: padding-free (each batch's texts in one row, torch's varlen attention)"
+    dropout = _attention_dropout(model)
+    if dropout:
+        line += f"; the kernel has no attention dropout, so the backbone's {dropout} is not applied"
+    return True, line
+
+
+def _attention_dropout(model) -> str | None:
+    config = text_config_of(model.config)
+    for name in ATTENTION_DROPOUT_FIELDS:
+        value = getattr(config, name, None)
+        if isinstance(value, (int, float)) and value > 0:
+            return f"{name}={value:g}"
+    return None
+
+
+def collator_for(padding_free: bool, tokenizer, kinds: dict[str, str], pad_to_multiple_of: int | None):
+    """The run's data collator: padding-free batches, or each task's padded ones."""
+    if padding_free:
+        return FlatCollator()
+    return TaskCollator(tokenizer, kinds, pad_to_multiple_of=pad_to_multiple_of)

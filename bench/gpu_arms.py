@@ -12,9 +12,11 @@ Runs (each ``arm`` below), as a user calls them:
 * ``trainer, grouped``: the same with length grouping (``group_by_length=True``; transformers 5.24 calls it
   ``train_sampling_strategy="group_by_length"``);
 * ``train.py, padded``: train.py with ``--padding_free false`` (its length-grouped padded batches);
-* ``train.py``: train.py's defaults (padding-free where the backbone and the machine take it);
-* ``train.py, token budget``: train.py with ``--max_tokens_per_batch`` = batch size x the data's mean length (as
-  many texts per step on average as the other runs);
+* ``train.py, padding-free``: train.py with ``--padding_free true`` (each batch in one row, torch's varlen kernel;
+  refused by name for a backbone that cannot). train.py's defaults are one of these two: ``--padding_free auto``
+  pads below 4,096 real tokens a step (train/batch_layout.py);
+* ``train.py, token budget``: padding-free with ``--max_tokens_per_batch`` = batch size x the data's mean length
+  (as many texts per step on average as the other runs);
 * ``train.py, compiled``: train.py with ``--torch_compile true --pad_to_multiple_of 64`` (compiled models pad:
   a few shapes, each compiled once); ``train.py, CUDA graphs``: the same with ``--torch_compile_mode
   reduce-overhead`` (one CUDA graph per shape).
@@ -37,7 +39,7 @@ ARMS = (
     "trainer",
     "trainer, grouped",
     "train.py, padded",
-    "train.py",
+    "train.py, padding-free",
     "train.py, token budget",
     "train.py, compiled",
     "train.py, CUDA graphs",
@@ -195,6 +197,7 @@ class StepClock(TrainerCallback):
             "tokens_per_second": tokens / self.seconds,
             "seconds": self.seconds,
             "tokens": tokens,
+            "steps": self.steps,
             "texts_per_step": sum(texts) / len(texts) if texts else None,
             "peak_bytes": self.peak,
             "first_step_seconds": self.first_step,

@@ -4,8 +4,8 @@ folder that travels with the repository (64 MiB at most):
 * ``data/fortunes.csv``: every Debian fortunes quotation that belongs to one topic (bench/corpora/fortunes.py),
   ``text,label``;
 * ``data/debtags.csv``: Debian package descriptions, the short and the long one joined (apt's Translation-en
-  files; the debtags corpus's Packages index holds only the short one), labelled with each package's first debtags
-  tag; at most ``--debtags-rows`` rows;
+  files; the debtags corpus's Packages index holds only the short one), labelled with the facet of each package's
+  first debtags tag; at most ``--debtags-rows`` rows;
 * ``minilm/``: the packaged all-MiniLM-L6-v2 with its weights in float16 (bench/gpu.py turns them back into float32;
   the float32 file alone is 87 MB);
 * ``wheels/``: the pure-Python wheels train.py needs that the GPU image may lack (datasets and its dill and
@@ -80,8 +80,14 @@ def debtags_rows(limit: int) -> list[dict[str, str]]:
             f"{PROGRAM}: apt has no English package descriptions: run apt-get update -o Acquire::Languages=en "
             "(as root) first."
         )
+    # The facet of the first tag (role, devel, implemented-in...): a few dozen labels with hundreds of rows each, so
+    # train.py's defaults are those of a full-size task (mean pooling), as the Trainer's model is (bench/gpu.py's
+    # first runs labelled each package with its whole first tag: 259 labels of 27 rows, where train.py's default
+    # is label text, which also encodes every label's text at each step).
     rows = [
-        {"text": text, "label": tags[name][0]} for name, text in sorted(descriptions.items()) if name in tags
+        {"text": text, "label": tags[name][0].split("::")[0]}
+        for name, text in sorted(descriptions.items())
+        if name in tags
     ]
     random.Random(0).shuffle(rows)
     return rows[:limit]

@@ -24,7 +24,7 @@ from transformers import TrainerCallback, set_seed
 
 from ..modeling.inputs import values_checked_by_caller
 from .arguments.model import chosen_model_settings
-from .batch_layout import choose_padding_free, collator_for
+from .batch_layout import choose_padding_free, collator_for, tokens_per_step
 from .card import card_data, render_model_card
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
 from .console import describe_model, describe_tasks, install_progress, log_metrics, print_summary, say
@@ -103,7 +103,8 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
             tokenize_task(task, tokenizer, max_length, named=not plan.single)
     _prepare_for_training(plan, model)
     kinds = {name: task.kind for name, task in tasks.items()}
-    padding_free, layout = choose_padding_free(training_args, model, kinds)
+    step = tokens_per_step(training_args, tasks)
+    padding_free, layout = choose_padding_free(training_args, model, kinds, step)
     for task in tasks.values():
         check_token_ids(task, model.get_input_embeddings().num_embeddings)
     say(training_args, [describe_model(model, source.base_model, parameters), layout])

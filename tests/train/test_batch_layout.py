@@ -167,6 +167,29 @@ def test_on_a_gpu_auto_switches_the_backbone_and_names_the_missing_dropout(monke
     assert "no attention dropout" in line and "attention_probs_dropout_prob=0.1" in line
 
 
+@pytest.mark.parametrize(("tokens", "on"), [(1500.0, False), (6100.0, True), (None, True)])
+def test_auto_pads_steps_of_few_tokens(monkeypatch, classifier, tokens, on):
+    # bench/gpu.py on an H200: below 4,096 real tokens a step, padded batches trained as fast (the host's time).
+    monkeypatch.setattr(batch_layout, "varlen_unavailable_reason", lambda device: None)
+    chosen, line = batch_layout.choose_padding_free(_args(), classifier, {"": "sequence"}, tokens)
+    assert chosen is on
+    assert on or ("about 1,500 real tokens, fewer than 4,096" in line and "--padding_free true" in line)
+    forced, _ = batch_layout.choose_padding_free(
+        _args(padding_free="true"), classifier, {"": "sequence"}, 10.0
+    )
+    assert forced
+
+
+def test_tokens_per_step_is_the_budget_or_the_batch_times_the_mean_length():
+    from datasets import Dataset
+
+    rows = Dataset.from_dict({"input_ids": [[1] * 10, [1] * 30]})
+    tasks = {"": SimpleNamespace(encoded={"train": rows})}
+    assert batch_layout.tokens_per_step(_args(per_device_train_batch_size=16), tasks) == 16 * 20
+    assert batch_layout.tokens_per_step(_args(max_tokens_per_batch=4096), tasks) == 4096
+    assert batch_layout.tokens_per_step(_args(), {"": SimpleNamespace(encoded={})}) is None
+
+
 def test_a_backbone_without_the_attention_interface_pads(monkeypatch):
     from helpers import tiny_model
 

@@ -288,6 +288,11 @@ class PooledTrainingArguments(SpeedArguments, TrainingArguments):
             self.use_cpu = True
         if self.dataloader_pin_memory is None:
             self.dataloader_pin_memory = uses_an_accelerator(self.use_cpu)
+        if self.accelerator_config is None and self.dataloader_pin_memory:
+            # Pinned batches copied to the device without waiting for it (accelerate's non_blocking, which it
+            # advises with pinned memory): a blocking copy is a host synchronisation per tensor per step
+            # (bench/gpu.py counted about four per step).
+            self.accelerator_config = {"non_blocking": True}
         super().__post_init__()
 
 

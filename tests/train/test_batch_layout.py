@@ -251,3 +251,33 @@ def test_a_padding_free_run_trains_and_evaluates_as_a_padded_one(
     assert "torch_varlen" not in json.dumps(
         saved
     )  # the checkpoint loads anywhere, with the default attention
+
+
+# ----------------------------------------------------------------------------------------------------
+# The values the model no longer reads back at each step are checked once
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_inside_a_checked_run_the_model_reads_no_label_value():
+    from helpers import random_batch, tiny_model
+
+    from pooled_models.modeling.inputs import values_checked_by_caller
+
+    model, batch = tiny_model("mean"), random_batch([3, 4])
+    with pytest.raises(ValueError, match=r"labels\[1\] = 7 is not a class id"):
+        model(**batch, labels=torch.tensor([0, 7]))
+    with values_checked_by_caller(), pytest.raises(IndexError):  # the loss meets it: the check did not run
+        model(**batch, labels=torch.tensor([0, 7]))
+    model(**batch, labels=torch.tensor([0, 7 - 5]))  # outside the block again: checked, and valid
+
+
+def test_a_tokenizer_that_does_not_match_the_model_is_a_data_error(tmp_path, minilm_tokenizer):
+    from helpers import bad_run, tiny_backbone_config
+    from transformers import BertModel
+
+    folder = tmp_path / "small_vocabulary"
+    torch.manual_seed(0)
+    BertModel(tiny_backbone_config("bert")).save_pretrained(folder)  # 120 ids, for a 30,522-id tokenizer
+    minilm_tokenizer.save_pretrained(folder)
+    message = bad_run(str(folder), tmp_path, *data_flags(tmp_path), "--do_train", "--pooling", "mean")
+    assert "tokenizes to token id" in message and "vocabulary has 120 entries" in message

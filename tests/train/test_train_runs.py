@@ -577,7 +577,7 @@ def test_fast_settings_are_valid_flags():
     # FAST is shared by these tests; a typo there would silently test something else.
     from pooled_models.train.arguments import parse_arguments
 
-    _, _, training_args = parse_arguments(["--output_dir", "x", *FAST])
+    _, _, training_args = parse_arguments(["--output_dir", "x", "--do_train", *FAST])
     assert training_args.learning_rate == 1e-3 and training_args.num_train_epochs == 3
 
 
@@ -904,16 +904,11 @@ def test_impossible_threshold_and_pos_weight_settings_are_usage_errors(
 ):
     rows = multi_label_rows(20) if data == "multi" else topic_rows(20)
     path = write_rows(tmp_path / "data.jsonl", rows)
+    # A validation file turns --do_eval on: the cases without it have none.
+    validation = ["--validation_file", str(path)] if "--do_eval" in flags else []
     with pytest.raises(UsageError) as error:
         train(
-            tiny_backbone_path,
-            tmp_path / "out",
-            "--train_file",
-            str(path),
-            "--validation_file",
-            str(path),
-            "--do_train",
-            *flags,
+            tiny_backbone_path, tmp_path / "out", "--train_file", str(path), *validation, "--do_train", *flags
         )
     assert message in str(error.value)
     assert leftovers(tmp_path / "out") == []

@@ -32,6 +32,7 @@ LAYERS = [
         "output_dir",
         "checkpoints",
         "demo",
+        "zero_shot_eval",
     },
     {"arguments", "tasks", "options", "__init__"},
 ]

@@ -8,7 +8,6 @@ import json
 
 import pytest
 import yaml
-from helpers import topic_rows, train, write_rows
 from transformers import TrainingArguments
 
 from pooled_models.errors import UsageError
@@ -231,38 +230,3 @@ def test_a_setting_of_the_sequence_head_is_refused_in_a_token_run():
         task_specs(data, chosen_model_settings(model))
     model, data, _ = parse_arguments(["--output_dir", "o", "--do_train", "--tags_column", "tags"])
     assert task_specs(data, chosen_model_settings(model))[0].kind == "token"
-
-
-def test_a_misspelled_flag_gets_a_suggestion_as_a_misspelled_config_key_does(tmp_path):
-    with pytest.raises(UsageError) as error:
-        parse_arguments(
-            ["--output_dir", "o", "--do_train", "--valdation_file", "v.csv", "--lerning_rate=1e-4"]
-        )
-    message = str(error.value)
-    assert "--valdation_file (did you mean --validation_file" in message
-    assert "--lerning_rate=1e-4 (did you mean --learning_rate" in message
-    with pytest.raises(UsageError, match=r"Unknown arguments: --zzzz\. Run"):  # nothing close: no suggestion
-        parse_arguments(["--output_dir", "o", "--zzzz"])
-
-
-@pytest.mark.slow  # a whole (tiny) run
-def test_a_run_given_a_validation_file_without_do_eval_evaluates_on_it(tiny_backbone_path, tmp_path, caplog):
-    """Issue 42: --validation_file without --do_eval was dropped: no evaluation, no warning."""
-    train_file = write_rows(tmp_path / "train.jsonl", topic_rows(24))
-    validation = write_rows(tmp_path / "validation.jsonl", topic_rows(12, seed=1))
-    with caplog.at_level("INFO", logger="pooled_models"):
-        result = train(
-            tiny_backbone_path,
-            tmp_path / "out",
-            "--train_file",
-            str(train_file),
-            "--validation_file",
-            str(validation),
-            "--do_train",
-            "--pooling",
-            "mean",
-        )
-    assert {"eval_accuracy", "eval_f1_macro"} <= set(result.metrics)
-    assert "validation_file is given, so the run evaluates on it (--do_eval is implied)." in caplog.text
-    card = (result.output_dir / "README.md").read_text()
-    assert "| validation |" in card

@@ -65,24 +65,26 @@ def test_an_unknown_argument_points_to_the_help_of_the_command_the_user_ran_and_
     assert finished.value.code == 0 and "--learning_rate" in capsys.readouterr().out
 
 
-def test_the_help_states_train_pys_defaults_from_the_constants_the_code_applies():
+def test_the_help_states_the_few_examples_default_the_code_applies():
     """Issue 42: --help for --pooling said label text applies at "at most 64 rows per label"; the code used 32."""
-    from pooled_models.train.arguments.defaults import (
-        ASYMMETRIC_UNTUNED_THRESHOLD,
-        FEW_EXAMPLES_PER_LABEL,
-        FEW_EXAMPLES_POOLING,
-        LABEL_TOKEN_LAYERS_DEFAULT,
-        MULTI_LABEL_DEFAULT_LOSS,
-    )
+    from pooled_models.train.few_examples import FEW_EXAMPLES_PER_LABEL, FEW_EXAMPLES_POOLING
 
     helps = {action.dest: " ".join((action.help or "").split()) for action in _parser()._actions}
     threshold = f"at most {FEW_EXAMPLES_PER_LABEL} rows per label"
     assert threshold in helps["pooling"] and threshold in helps["learning_rate"]
     assert threshold in helps["num_train_epochs"]
-    assert (
-        f"{FEW_EXAMPLES_POOLING['pooling']} ({FEW_EXAMPLES_POOLING['label_text_scorer']} scorer)"
-        in helps["pooling"]
+    scorer = f"{FEW_EXAMPLES_POOLING['pooling']} ({FEW_EXAMPLES_POOLING['label_text_scorer']} scorer)"
+    assert scorer in helps["pooling"]
+
+
+def test_the_help_states_train_pys_other_defaults_from_the_constants_the_code_applies():
+    from pooled_models.train.arguments.defaults import (
+        ASYMMETRIC_UNTUNED_THRESHOLD,
+        LABEL_TOKEN_LAYERS_DEFAULT,
+        MULTI_LABEL_DEFAULT_LOSS,
     )
+
+    helps = {action.dest: " ".join((action.help or "").split()) for action in _parser()._actions}
     assert f"train.py's default: {LABEL_TOKEN_LAYERS_DEFAULT} where" in helps["label_token_layers"]
     assert f"train.py's default: {MULTI_LABEL_DEFAULT_LOSS!r}" in helps["multi_label_loss"]
     assert f"with {ASYMMETRIC_UNTUNED_THRESHOLD} for a new asymmetric-loss head" in helps["tune_thresholds"]
@@ -107,3 +109,19 @@ def test_a_parts_setting_states_the_default_its_part_fills_in():
     assert {"gem_p", "focal_gamma", "asymmetric_clip", "label_text_scorer", "classifier_activation"} <= set(
         checked
     )
+
+
+def test_a_misspelled_flag_gets_a_suggestion_as_a_misspelled_config_key_does():
+    """Issue 42: a misspelled YAML key got "did you mean", the same misspelled flag only "Unknown arguments"."""
+    from pooled_models.errors import UsageError
+    from pooled_models.train.arguments import parse_arguments
+
+    with pytest.raises(UsageError) as error:
+        parse_arguments(
+            ["--output_dir", "o", "--do_train", "--valdation_file", "v.csv", "--lerning_rate=1e-4"]
+        )
+    message = str(error.value)
+    assert "--valdation_file (did you mean --validation_file" in message
+    assert "--lerning_rate=1e-4 (did you mean --learning_rate" in message
+    with pytest.raises(UsageError, match=r"Unknown arguments: --zzzz\. Run"):  # nothing close: no suggestion
+        parse_arguments(["--output_dir", "o", "--zzzz"])

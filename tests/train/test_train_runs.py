@@ -912,3 +912,26 @@ def test_impossible_threshold_and_pos_weight_settings_are_usage_errors(
         )
     assert message in str(error.value)
     assert leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.slow  # a whole (tiny) run
+def test_a_run_given_a_validation_file_without_do_eval_evaluates_on_it(tiny_backbone_path, tmp_path, caplog):
+    """Issue 42: --validation_file without --do_eval was dropped: no evaluation, no warning."""
+    train_file = write_rows(tmp_path / "train.jsonl", topic_rows(24))
+    validation = write_rows(tmp_path / "validation.jsonl", topic_rows(12, seed=1))
+    with caplog.at_level("INFO", logger="pooled_models"):
+        result = train(
+            tiny_backbone_path,
+            tmp_path / "out",
+            "--train_file",
+            str(train_file),
+            "--validation_file",
+            str(validation),
+            "--do_train",
+            "--pooling",
+            "mean",
+        )
+    assert {"eval_accuracy", "eval_f1_macro"} <= set(result.metrics)
+    assert "validation_file is given, so the run evaluates on it (--do_eval is implied)." in caplog.text
+    card = (result.output_dir / "README.md").read_text()
+    assert "| validation |" in card

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..modeling.configuration_multitask import SEQUENCE, TASK_KINDS, TOKEN
+from .arguments.dependencies import SEQUENCE_DATA
 from .arguments.model import parse_pos_weight, pooled_config_fields
 from .options import refuse_removed_options
 
@@ -46,14 +47,8 @@ class TaskSpec:
 TRAINING_SETTINGS = {"loss_weight": 1.0, "head_learning_rate": None, "start_epoch": 0, "freeze_head": False}
 
 
-SEQUENCE_ONLY = (
-    "text_column",
-    "text_pair_column",
-    "label_column",
-    "problem_type",
-    "label_separator",
-    "label_description_column",
-)
+# The data settings of a sequence task (a token task refuses them), and those of a token task.
+SEQUENCE_ONLY = (*SEQUENCE_DATA, "label_description_column")
 
 
 TOKEN_ONLY = ("words_column", "tags_column", "label_all_subtokens")

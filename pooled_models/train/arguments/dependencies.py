@@ -25,6 +25,7 @@ from ...errors import UsageError
 
 __all__ = [
     "Needs",
+    "SEQUENCE_DATA",
     "DEPENDENCIES",
     "TASK_DEPENDENCIES",
     "IMPLIED_PHASES",
@@ -129,8 +130,9 @@ EVALUATION_OR_PREDICTION_ONLY = (
     "length_sorted_eval",
 )
 
-# The data settings of a sequence task, which a token-classification run does not read.
-SEQUENCE_ONLY = (
+# The data settings of a sequence task, which a token-classification run does not read (label_description_column,
+# one too, is refused by data/descriptions.py with the reason).
+SEQUENCE_DATA = (
     "text_column",
     "text_pair_column",
     "label_column",
@@ -143,7 +145,7 @@ SEQUENCE_ONLY = (
 DEPENDENCIES: dict[str, tuple[Needs, ...]] = {
     **{name: (TRAINING,) for name in TRAINING_ONLY},
     **{name: (EVALUATION_OR_PREDICTION,) for name in EVALUATION_OR_PREDICTION_ONLY},
-    **{name: (SEQUENCE_RUN,) for name in SEQUENCE_ONLY},
+    **{name: (SEQUENCE_RUN,) for name in SEQUENCE_DATA},
     "max_eval_samples": (EVALUATION,),
     "max_predict_samples": (PREDICTION,),
     "dataset_config_name": (HUB_DATASET,),

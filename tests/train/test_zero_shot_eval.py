@@ -172,3 +172,15 @@ def test_a_zero_shot_file_of_several_labels_per_row_is_refused(tiny_backbone_pat
         train(tiny_backbone_path, tmp_path / "out", "--train_file", str(train_file), "--do_train",
               "--pooling", "label_text", "--zero_shot_file", str(zero_shot_file))  # fmt: skip
     assert leftovers(tmp_path / "out") == []
+
+
+def test_a_saved_model_evaluated_without_training_gets_one_zero_shot_score(zero_shot_run, tmp_path):
+    """No training in the run: the model is scored once, and nothing is called "before training"."""
+    result, zero_shot_file = zero_shot_run
+    validation = write_rows(tmp_path / "validation.jsonl", topic_rows(6, seed=4, topics=SEEN))
+    again = train(str(result.output_dir), tmp_path / "again", "--validation_file", str(validation),
+                  "--zero_shot_file", str(zero_shot_file))  # fmt: skip
+    assert again.metrics["zero_shot_accuracy"] == pytest.approx(result.metrics["zero_shot_accuracy"])
+    assert not [key for key in again.metrics if key.startswith("zero_shot_before_training")]
+    section = (again.output_dir / "README.md").read_text().split("## Zero-shot evaluation", 1)[1]
+    assert "| trained model |" in section.split("\n## ", 1)[0] and "| before training |" not in section

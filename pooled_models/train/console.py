@@ -175,11 +175,13 @@ class RunProgress(TrainerCallback):
         self.training = False
         self.done = 0
         self.batches = 0  # of the final phase running
+        self.quiet = False  # its bar is disabled (--disable_tqdm)
         self.loader = (
             None  # the evaluation dataloader the bar counts (a multi-task evaluation has one per task)
         )
 
     def _open(self, args, description: str, total: int | None, unit: str):
+        self.quiet = bool(args.disable_tqdm)
         return tqdm(
             total=total, desc=description, unit=unit, dynamic_ncols=True, disable=bool(args.disable_tqdm)
         )
@@ -194,9 +196,9 @@ class RunProgress(TrainerCallback):
         """A final evaluation or prediction: its batches fill one bar named ``phase``, closed at the end."""
         self.phase = phase
         try:
-            self.batches = 0
+            self.batches, self.quiet = 0, False
             yield
-            if self.bar is not None and self.bar.disable:  # a disabled bar counts nothing: self.batches does
+            if self.quiet:  # no bar was shown: a line says the phase is done
                 print(f"{phase}: done, {plural(self.batches, 'batch', 'batches')}", flush=True)
         finally:
             self.close()

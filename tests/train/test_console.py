@@ -121,6 +121,7 @@ def test_without_bars_training_prints_a_line_per_logged_loss_and_per_epoch_and_e
     with progress.running("predict"):
         for _ in range(3):
             progress.on_prediction_step(QUIET_ARGS, state(), None, eval_dataloader=[0] * 3)
+        progress.on_predict(QUIET_ARGS, state(), None)  # Trainer's call at the end of predict: the bar closes
     assert capsys.readouterr().out.splitlines() == [
         "step 1 of 4: loss 0.75",
         "epoch 1: step 2 of 4",

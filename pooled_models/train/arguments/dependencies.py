@@ -169,7 +169,7 @@ DEPENDENCIES: dict[str, tuple[Needs, ...]] = {
 
 
 # A task's own settings (a config file's tasks) that need a phase of the run. The settings that depend on the task's
-# kind are checked with the task (tasks.py).
+# kind are checked with the task (tasks.py); its validation and test files and split names turn their phase on.
 TASK_DEPENDENCIES: dict[str, tuple[Needs, ...]] = {
     "train_file": (TRAINING,),
     "max_train_samples": (TRAINING,),
@@ -177,8 +177,6 @@ TASK_DEPENDENCIES: dict[str, tuple[Needs, ...]] = {
     "max_predict_samples": (PREDICTION,),
     "skip_unseen_labels": (EVALUATION_OR_PREDICTION,),
     "train_split_name": (TRAINING,),
-    "validation_split_name": (EVALUATION,),
-    "test_split_name": (PREDICTION,),
 }
 
 

@@ -190,7 +190,6 @@ def run_train_py(
     argv = [
         "--model_name_or_path", minilm_path(),
         "--train_file", str(files["train"]),
-        "--validation_file", str(files["validation"]),
         "--output_dir", str(output_dir),
         "--do_train",
         "--num_train_epochs", "1",

@@ -226,8 +226,8 @@ def test_a_padding_free_run_trains_and_evaluates_as_a_padded_one(
     padded = train(tiny_backbone_path, tmp_path / "padded", *flags, "--do_train", "--padding_free", "false")
     # The padded run's model, evaluated padding-free: the same predictions and metrics (no dropout in evaluation).
     _force_padding_free(monkeypatch)
-    evaluation = ["--padding_free", "true"]
-    again = train(str(padded.output_dir), tmp_path / "again", *flags, *evaluation)
+    evaluating = flags[2:] + ["--padding_free", "true"]  # the flags without --train_file
+    again = train(str(padded.output_dir), tmp_path / "again", *evaluating)
     assert again.metrics["eval_loss"] == pytest.approx(padded.metrics["eval_loss"], abs=1e-5)
     first = (padded.output_dir / "predictions.jsonl").read_text().splitlines()
     second = (again.output_dir / "predictions.jsonl").read_text().splitlines()

@@ -33,6 +33,7 @@ LAYERS = [
         "checkpoints",
         "demo",
         "batch_layout",
+        "zero_shot_eval",
     },
     {"arguments", "tasks", "options", "__init__"},
 ]

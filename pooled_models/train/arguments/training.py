@@ -11,8 +11,9 @@ from typing import Literal
 from transformers import TrainingArguments
 
 from ...errors import UsageError
-from ...thresholds import AVERAGES
+from ...thresholds import AVERAGES, DEFAULT_THRESHOLD
 from ..options import TRAINING_OPTIONS, require_number
+from .defaults import ASYMMETRIC_UNTUNED_THRESHOLD, FEW_EXAMPLES_PER_LABEL
 from .speed import SpeedArguments, check_speed_arguments
 
 __all__ = [
@@ -43,12 +44,6 @@ THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
 # it costs 0.6 of micro-F1 against 1e-3 (0.9 against 2e-3) and gains 3.0 of macro-F1. It is the rate that beats the
 # 30-line recipe (whose head trains at 2e-3) on both.
 HEAD_LEARNING_RATE = 5e-3
-
-
-# At most this many training rows per label (rows / labels) count as few examples: bench/labels.py measured the
-# defaults below at 8 and 32 per label (fortunes' full split, 36 per label, and the README quickstart's 100 keep the
-# others).
-FEW_EXAMPLES_PER_LABEL = 32
 
 
 LEARNING_RATE = 5e-5
@@ -214,8 +209,9 @@ class PooledTrainingArguments(SpeedArguments, TrainingArguments):
         metadata={
             "help": "Multi-label: after training, choose the decision threshold that maximises F1 on the validation "
             "split and save it in config.json. 'global': one for every label; 'per_label': one per label; 'none': "
-            "keep decision_threshold (0.5 unless set); 'auto': global when a multi-label run trains with validation "
-            "data and decision_threshold is not set, else none, with 0.7 for a new asymmetric-loss head (0.5 lets "
+            f"keep decision_threshold ({DEFAULT_THRESHOLD} unless set); 'auto': global when a multi-label run trains "
+            "with validation data and decision_threshold is not set, else none, with "
+            f"{ASYMMETRIC_UNTUNED_THRESHOLD} for a new asymmetric-loss head ({DEFAULT_THRESHOLD} lets "
             "through many false positives of that loss)."
         },
     )

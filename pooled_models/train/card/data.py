@@ -102,6 +102,7 @@ class CardData:
         default_factory=dict
     )  # the run's metrics, as all_results.json holds them
     example_text: str = "An example sentence to classify."
+    zero_shot: Any = None  # zero_shot_eval.ZeroShotResult of a run with --zero_shot_file
 
     @property
     def single(self) -> bool:

@@ -50,11 +50,13 @@ LABEL_TOKEN = "[pooled_models_label_{}]"
 UNUSED_TOKEN = "[pooled_models_unused_{}]"
 
 
-def write_serving_tokenizer(folder: Path, out: Path) -> Path:
-    """Save ``folder``'s tokenizer to ``out`` with the label tokens where the model reads them."""
+def write_serving_tokenizer(folder: Path, out: Path, task: str | None = None) -> Path:
+    """Save ``folder``'s tokenizer to ``out`` with the label tokens where the model reads them (``task``: the
+    label-token task of a multi-task checkpoint, which may be left out when it has one task)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    config = AutoConfig.from_pretrained(folder)
+    checkpoint_config = AutoConfig.from_pretrained(folder)
+    config = _label_token_config(checkpoint_config, task, folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     vocabulary, num_labels = int(text_config_of(config).vocab_size), config.num_labels
     if len(tokenizer) > vocabulary:
@@ -85,10 +87,27 @@ def write_serving_tokenizer(folder: Path, out: Path) -> Path:
     tokenizer.save_pretrained(out)
     # vLLM reads a config from the tokenizer's folder too (vllm/tokenizers/registry.py: get_config(tokenizer_name)),
     # logging an error and retrying after a pause where there is none: the checkpoint's own config.
-    config.save_pretrained(out)
+    checkpoint_config.save_pretrained(out)
     template = _label_template(leading, trailing, names, position, tokenizer.convert_tokens_to_ids)
     _keep_post_processor(Path(out), template)
     return Path(out)
+
+
+def _label_token_config(config, task: str | None, folder: Path):
+    """The config of the label-token classifier to serve: the checkpoint's, or its task's (a multi-task checkpoint)."""
+    tasks = getattr(config, "tasks", None)
+    if tasks is None:
+        if task is not None:
+            raise ValueError(f"--task {task!r}: {folder} is not a multi-task checkpoint (it has no tasks).")
+        return config
+    if task is None and len(tasks) != 1:
+        raise ValueError(
+            f"{folder} is a multi-task checkpoint: name the label-token task with --task ({', '.join(tasks)})."
+        )
+    config = config.task_config(task or next(iter(tasks)))
+    if config.pooling != "label_tokens":
+        raise ValueError(f"--task {task!r} pools with {config.pooling!r}, not with label tokens.")
+    return config
 
 
 def with_label_tokens(text_ids: list[int], label_ids: list[int], position: int) -> list[int]:
@@ -180,7 +199,8 @@ def tokenizer_refusal(config, tokenizer_path: str) -> str | None:
                 f"its prompts do not carry the {config.num_labels} label tokens where the model reads them "
                 f"(label_token_position={config.label_token_position}), and vLLM cannot add tokens to a request. "
                 "Write the serving tokenizer with `python -m pooled_models.serving.label_tokens FOLDER "
-                "SERVING_TOKENIZER` and start vLLM with --tokenizer SERVING_TOKENIZER (LLM(..., tokenizer=...)); or, "
+                "SERVING_TOKENIZER` (and --task TASK for a task of a multi-task checkpoint) and start vLLM with "
+                "--tokenizer SERVING_TOKENIZER (LLM(..., tokenizer=...)); or, "
                 f"{ALTERNATIVES}."
             )
     return None
@@ -240,8 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=write_serving_tokenizer.__doc__)
     parser.add_argument("folder", type=Path, help="the label-token checkpoint's folder")
     parser.add_argument("out", type=Path, help="where to save the serving tokenizer")
+    parser.add_argument(
+        "--task", help="a multi-task checkpoint's label-token task (the one the engine serves)"
+    )
     args = parser.parse_args(argv)
-    print(write_serving_tokenizer(args.folder, args.out))
+    print(write_serving_tokenizer(args.folder, args.out, args.task))
     return 0
 
 

@@ -96,15 +96,7 @@ def multitask_refusal(config) -> str | None:
         task = served_task(config)
     except ValueError as error:
         return str(error)
-    task_config = config.task_config(task)
-    if task_config.pooling in ("label_text", "label_tokens"):
-        return (
-            f"PooledForMultiTask task {task!r}: pooled_models' vLLM plugin serves label poolings from standalone "
-            "checkpoints only (the label vectors and the serving tokenizer are worked out from one), not from a task "
-            f"of a multi-task model. Instead, export the task (model.export_head({task!r}, folder)) and serve that "
-            "folder."
-        )
-    reason = refusal(task_config, task_architecture(config, task))
+    reason = refusal(config.task_config(task), task_architecture(config, task))
     if reason is None:
         return None
     return f"PooledForMultiTask task {task!r}: {reason}"

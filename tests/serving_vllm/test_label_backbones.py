@@ -1,13 +1,14 @@
 """Label text and label tokens on every backbone family the plugin serves, against transformers in float32 (1e-4):
-vLLM's own ModernBERT, Qwen2, Qwen3, Gemma 3 (text and composite) and Llama, and the transformers route (DeBERTa-v3,
-DistilBERT, ELECTRA and ALBERT with their factorised embeddings, MPNet). vLLM's BERT family is tested in test_labels.py.
+vLLM's own XLM-RoBERTa, ModernBERT, Qwen2, Qwen3, Gemma 3 (text and composite) and Llama, and the transformers route
+(DeBERTa-v3, DistilBERT, ELECTRA and ALBERT with their factorised embeddings, MPNet). vLLM's BERT: test_labels.py.
 
-Each family serves two label-text checkpoints (train.py's few-example default: per_label with a description, mean
-label vectors, single-label; and the shared scorer with marker vectors, multi-label), each through ``LLM.classify``
-against transformers and through the open label set (the zero-shot plugin, single- and multi-label requests) against
-``pipeline("zero-shot-classification")``; and a label-token classifier with its defaults through the serving
-tokenizer, the label tokens where the tokenizer's leading special tokens end (1 after MiniLM's ``[CLS]``, 0 for a
-tokenizer that puts none, as Qwen's) or after the text (-1). One decoder over HTTP.
+Each family serves a label-text checkpoint (train.py's few-example default: per_label with a description, mean label
+vectors, single-label; or the shared scorer with a description, marker vectors, multi-label: LABEL_TEXT_CASES) through
+``LLM.classify`` against transformers and through the open label set (the zero-shot plugin, single- and multi-label
+requests) against ``pipeline("zero-shot-classification")``; and a label-token classifier with its defaults through the
+serving tokenizer, the label tokens where the tokenizer's leading special tokens end (1 after MiniLM's ``[CLS]``, 0 for
+a tokenizer that puts none, as Qwen's) or after the text (-1). One decoder over HTTP; the label tasks of a multi-task
+model.
 """
 
 from __future__ import annotations
@@ -26,13 +27,25 @@ from label_helpers import (
     zero_shot_pipeline_answer,
 )
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, pipeline
-from vllm_helpers import LABELS, TEXTS, TOLERANCE, Server, classify, offline_engine, transformers_logits
+from vllm_helpers import (
+    LABELS,
+    TEXTS,
+    TOLERANCE,
+    Server,
+    classify,
+    move_parameters,
+    offline_engine,
+    tiny_backbone,
+    transformers_logits,
+)
 
+from pooled_models import PooledForMultiTask, PooledMultiTaskConfig
 from pooled_models.serving.label_tokens import write_serving_tokenizer
 from pooled_models.serving.zero_shot import PLUGIN_NAME
 
 # Backbone -> the implementation that serves it (vLLM's class, or the transformers route).
 FAMILIES = {
+    "xlm-roberta": "XLMRobertaModel",
     "modernbert": "ModernBertModel",
     "qwen2": "Qwen2Model",
     "qwen3": "Qwen3Model",
@@ -75,9 +88,10 @@ def label_text_checkpoint(folder, tokenizer, backbone: str, settings: dict):
 
 
 # The label-text checkpoints: each family with one scorer, each scorer on vLLM's decoders and on the transformers route
-# (ModernBERT, vLLM's one encoder here, with both); the scorer, the label vectors and the activation are the pooler's
+# (ModernBERT with both; XLM-RoBERTa, vLLM's BERT with RoBERTa's positions, shared: BERT's in test_labels.py); the scorer, the label vectors and the activation are the pooler's
 # and the head's, the same code on every family, and the families differ in the input path they all run.
 LABEL_TEXT_CASES = [
+    ("xlm-roberta", "shared"),
     ("modernbert", "per_label"),
     ("modernbert", "shared"),
     ("qwen2", "shared"),
@@ -220,3 +234,62 @@ def test_a_decoder_serves_label_text_over_http(tokenizer, tmp_path):
             {entry["label"]: entry["score"] for entry in text_scores}, abs=TOLERANCE
         )
     assert_same_answer(open_set["data"], zero_shot, TOLERANCE)
+
+
+@pytest.fixture(scope="module")
+def multitask(tokenizer, tmp_path_factory):
+    """A multi-task checkpoint with a label-text task, a label-token task and a plain one, and transformers' logits of
+    every task for TEXTS."""
+    folder = tmp_path_factory.mktemp("multitask")
+    topic = {"kind": "sequence", "pooling": "label_text", "label_text_scorer": "shared", "id2label": LABELS}
+    topic["label_text_ids"] = own_label_text_ids(tokenizer, LABELS, None)
+    intent = {
+        "kind": "sequence",
+        "pooling": "label_tokens",
+        "label_token_init": "random",
+        "id2label": {0: "a", 1: "b"},
+    }
+    tasks = {
+        "topic": topic,
+        "intent": intent,
+        "team": {"kind": "sequence", "pooling": "mean", "num_labels": 2},
+    }
+    backbone = tiny_backbone("bert", len(tokenizer), tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    model = PooledForMultiTask(PooledMultiTaskConfig(backbone_config=backbone, tasks=tasks)).eval()
+    move_parameters(model)
+    model.save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "model")
+    with torch.no_grad():
+        outputs = model(**tokenizer(TEXTS, padding=True, return_tensors="pt"))
+    model.export_head("topic", folder / "topic", tokenizer=tokenizer)
+    return folder, {task: output.logits for task, output in outputs.items()}
+
+
+def test_a_label_text_task_of_a_multitask_model_is_served_as_its_exported_head(multitask, tmp_path):
+    """classify as transformers; the open label set as the zero-shot pipeline answers on the task's export_head."""
+    folder, logits = multitask
+    ensure_zero_shot_entry_point(tmp_path / "entry_point")
+    zero_shot = zero_shot_pipeline_answer(folder / "topic", ZERO_SHOT_TEXTS, UNSEEN, True)
+    served = {"hf_overrides": {"served_task": "topic"}, "io_processor_plugin": PLUGIN_NAME}
+    with offline_engine(folder / "model", **served) as llm:
+        torch.testing.assert_close(
+            classify(llm, use_activation=False), logits["topic"], atol=TOLERANCE, rtol=0
+        )
+        data = {"texts": ZERO_SHOT_TEXTS, "candidate_labels": UNSEEN, "multi_label": True}
+        (output,) = llm.encode({"data": data}, pooling_task="plugin", use_tqdm=False)
+    assert_same_answer(output.outputs, zero_shot, TOLERANCE)
+
+
+def test_a_label_token_task_of_a_multitask_model_is_served_with_its_serving_tokenizer(multitask, tmp_path):
+    folder, logits = multitask
+    with pytest.raises(ValueError, match="name the label-token task with --task"):
+        write_serving_tokenizer(folder / "model", tmp_path / "serving_tokenizer")
+    serving_tokenizer = write_serving_tokenizer(
+        folder / "model", tmp_path / "serving_tokenizer", task="intent"
+    )
+    served = {"hf_overrides": {"served_task": "intent"}, "tokenizer": str(serving_tokenizer)}
+    with offline_engine(folder / "model", **served) as llm:
+        torch.testing.assert_close(
+            classify(llm, use_activation=False), logits["intent"], atol=TOLERANCE, rtol=0
+        )

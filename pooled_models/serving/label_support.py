@@ -14,11 +14,12 @@ with its defaults (``label_tokens.py``). Refused, by name:
   the serving tokenizer, ``label_tokens.py``, which also checks where the label tokens go): one-way attention needs a
   token mask (above); ``label_token_layers`` below ``"all"`` runs two sequences per request (the text alone, then with
   the labels); several passes run the text once per group of labels, and vLLM runs one prompt per request.
-
-Both are served on every backbone the plugin serves (vLLM's own models and the transformers route): the label vectors
-go where transformers' ``LabelTokenInput`` puts them, in place of the token embedding table's output.
 * a ``PooledModel`` with ``label_text``: its output is one vector per label for each text (``[L, H]``), and vLLM's
   ``embed`` returns one vector per text.
+
+What is served, is served on every backbone the plugin serves (vLLM's own models and the transformers route), and in
+a task of a multi-task checkpoint: the label vectors go where transformers' ``LabelTokenInput`` puts them, in place of
+the token embedding table's output (``backbone_base.Backbone.run_marked``).
 """
 
 from __future__ import annotations

@@ -25,11 +25,26 @@ from transformers import TrainerCallback, set_seed
 from .arguments.model import chosen_model_settings
 from .card import card_data, render_model_card
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
-from .console import describe_model, describe_tasks, install_progress, log_metrics, print_summary, say
+from .console import (
+    describe_length,
+    describe_model,
+    describe_tasks,
+    install_progress,
+    log_metrics,
+    print_summary,
+    say,
+)
 from .data import TaskData, read_task, tokenize_task
 from .data.multitask import MultiTaskRows, TaskCollator
 from .evaluation import summary_metrics, task_config, tune_decision_thresholds
-from .model import build_model, choose_max_length, freeze_backbone, freeze_heads, load_tokenizer
+from .model import (
+    build_model,
+    choose_max_length,
+    freeze_backbone,
+    freeze_heads,
+    load_tokenizer,
+    record_max_length,
+)
 from .output_dir import StagedOutputDir, push_folder
 from .plan import RunPlan, make_plan, needed_splits
 from .predictions import RESULTS_FILE, example_answers, predictions_file, write_predictions, write_results
@@ -95,12 +110,17 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     tokenizer = load_tokenizer(plan)
     model = build_model(plan, tasks, tokenizer)
     parameters = sum(parameter.numel() for parameter in model.parameters())
+    # One length for the run (max_seq_length is a setting of the run, not of a task), saved with the model.
+    max_length, origin = choose_max_length(data_args.max_seq_length, tokenizer, model, source)
+    record_max_length(model, tokenizer, max_length)
     with training_args.main_process_first(desc="tokenizing"):
         for task in tasks.values():
-            max_length = choose_max_length(task.spec.data.max_seq_length, tokenizer, model)
             tokenize_task(task, tokenizer, max_length, named=not plan.single)
     _prepare_for_training(plan, model)
-    say(training_args, [describe_model(model, source.base_model, parameters)])
+    say(
+        training_args,
+        [describe_model(model, source.base_model, parameters), describe_length(max_length, origin)],
+    )
 
     # Everything is checked: from here on the run writes, into the staging folder only.
     if training_args.should_save:

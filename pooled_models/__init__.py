@@ -3,7 +3,9 @@
 Importing the package registers ``PooledConfig`` (model_type ``"pooled"``) and the ``Pooled*`` models
 with ``AutoConfig``, ``AutoModel``, ``AutoModelForSequenceClassification`` and ``AutoModelForTokenClassification``,
 and ``PooledMultiTaskConfig`` (model_type ``"pooled_multitask"``) with ``AutoConfig`` and ``AutoModel``, so pooled
-checkpoints load with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``. It imports the model room
+checkpoints load with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``; and it registers
+``attn_implementation="torch_varlen"`` (torch's own padding-free attention kernel) with transformers'
+``AttentionInterface``. It imports the model room
 only (and ``export_onnx``, which imports onnx when called): the CLI (``pooled_models.train``) and the sweep (``pooled_models.sweep``) need their extras and are imported on use.
 """
 
@@ -26,6 +28,7 @@ from .modeling.modeling_pooled import PooledForSequenceClassification, PooledMod
 from .modeling.modeling_token import PooledForTokenClassification
 from .modeling.pooling import POOLERS, Pooler, TokenPooler, get_pooler_class, register_pooler
 from .modeling.registry import HEADS, LABEL_TOKEN_INITS, MULTI_LABEL_LOSSES, POOLINGS
+from .modeling.varlen_attention import TORCH_VARLEN, register_varlen_attention
 
 __version__ = "0.3.0"
 
@@ -54,6 +57,7 @@ __all__ = [
     "register_multi_label_loss",
     "get_pooler_class",
     "export_onnx",
+    "TORCH_VARLEN",
 ]
 
 AutoConfig.register(PooledConfig.model_type, PooledConfig, exist_ok=True)
@@ -62,3 +66,5 @@ AutoModelForSequenceClassification.register(PooledConfig, PooledForSequenceClass
 AutoModelForTokenClassification.register(PooledConfig, PooledForTokenClassification, exist_ok=True)
 AutoConfig.register(PooledMultiTaskConfig.model_type, PooledMultiTaskConfig, exist_ok=True)
 AutoModel.register(PooledMultiTaskConfig, PooledForMultiTask, exist_ok=True)
+# attn_implementation="torch_varlen": torch's own padding-free attention kernel (modeling/varlen_attention.py)
+register_varlen_attention()

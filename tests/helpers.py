@@ -314,11 +314,30 @@ FAST = [
 ]
 
 
+# The training settings of FAST: train.py refuses them in a run that does not train (they would take no effect).
+FAST_TRAINING = ("--num_train_epochs", "--learning_rate", "--per_device_train_batch_size")
+
+
+def fast_flags(trains: bool) -> list[str]:
+    """FAST, without its training settings for a run that does not train."""
+    if trains:
+        return list(FAST)
+    pairs = zip(FAST[::2], FAST[1::2], strict=True)
+    return [item for flag, value in pairs if flag not in FAST_TRAINING for item in (flag, value)]
+
+
 def train(backbone: str, output_dir: Path, *flags: str, callbacks=()):
     from pooled_models.train.cli import run
 
     return run(
-        ["--model_name_or_path", backbone, "--output_dir", str(output_dir), *FAST, *flags],
+        [
+            "--model_name_or_path",
+            backbone,
+            "--output_dir",
+            str(output_dir),
+            *fast_flags("--do_train" in flags),
+            *flags,
+        ],
         callbacks=callbacks,
     )
 

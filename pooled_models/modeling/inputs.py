@@ -7,10 +7,34 @@ torch, transformers and its sibling model files.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 from torch import nn
 
-__all__ = ["check_inputs"]
+__all__ = ["check_inputs", "values_checked_by_caller", "checks_values"]
+
+# Set while a caller that has checked its data itself runs the model (train.py checks every row before training).
+_CALLER_CHECKED = contextvars.ContextVar("pooled_models_caller_checked_values", default=False)
+
+
+@contextlib.contextmanager
+def values_checked_by_caller():
+    """Inside this block the model skips the checks that read token ids and labels back from the device (each one a
+    host synchronisation that stalls a GPU's queue of work at every step): the caller has checked them. Shapes and
+    dtypes are still checked."""
+    token = _CALLER_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _CALLER_CHECKED.reset(token)
+
+
+def checks_values() -> bool:
+    """Whether checks may read tensor values: not in compiled or exported graphs (data-dependent branches), and not
+    where the caller checked them (values_checked_by_caller)."""
+    return not torch.compiler.is_compiling() and not _CALLER_CHECKED.get()
 
 
 def check_inputs(
@@ -26,7 +50,7 @@ def check_inputs(
             "([batch, seq_len]); tokenize texts and mask together (tokenizer(..., padding=True))."
         )
     vocab_size = getattr(embeddings, "num_embeddings", None)
-    if input_ids is None or vocab_size is None or input_ids.numel() == 0:
+    if input_ids is None or vocab_size is None or input_ids.numel() == 0 or not checks_values():
         return
     outside = (input_ids < 0) | (input_ids >= vocab_size)
     if outside.any():

@@ -30,7 +30,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceCl
 from transformers.utils.generic import can_return_tuple
 
 from .backbone import input_embeddings_of
-from .backbone_runner import BackboneCall, BackboneRunner
+from .backbone_runner import FLAT_BATCH, BackboneCall, BackboneRunner
 from .checkpoint_loading import CheckpointLoading, read_tokenizer_settings
 from .configuration_pooled import PooledConfig
 from .encoding import SentenceEncoderMixin
@@ -40,6 +40,7 @@ from .inputs import check_inputs
 from .label_text import LabelMarker
 from .label_tokens import LabelEmbeddings
 from .losses import classification_loss
+from .padding_free import flat_batch_from
 from .pooling import Pooler, build_pooler, hidden_states_for_caller
 from .problem_types import infer_problem_type
 from .targets import as_label_tensor, check_labels
@@ -52,6 +53,8 @@ CHOSEN = ("pooling", "classifier_head", "num_labels")
 INITIALISED_BY_THEMSELVES = (Pooler, LabelEmbeddings, LabelMarker, LabelTokenHead, LabelTextHead)
 # Keywords of a forward that carry labels given as text at call time (the open label set of pooling="label_text").
 LABEL_TEXT_INPUTS = ("label_input_ids", "label_attention_mask")
+# The inputs _model_inputs names itself (the rest of a forward's keywords pass through).
+_FORWARD_INPUTS = ("input_ids", "inputs_embeds", "attention_mask", "token_type_ids", "position_ids")
 
 __all__ = ["PooledPreTrainedModel", "PooledModel", "PooledForSequenceClassification", "AUTO_MAP"]
 
@@ -88,6 +91,8 @@ class PooledPreTrainedModel(CheckpointLoading, BackboneRunner, PreTrainedModel):
     # Whether the model reads a state per input token (a token classifier) rather than pooling the sequence: where
     # transformers has a full-length and a pooled base model for a type (Funnel), it picks the backbone class.
     reads_every_token: ClassVar[bool] = False
+    # Whether the model takes padding-free batches (padding_free.py): those whose outputs are one row per text.
+    takes_flat_batches: ClassVar[bool] = False
 
     def __init__(self, config: PooledConfig, *inputs, **kwargs):
         refuse_engine_backend(config)  # vLLM without the plugin: refused, never served with another pooling
@@ -187,7 +192,23 @@ class PooledPreTrainedModel(CheckpointLoading, BackboneRunner, PreTrainedModel):
         output_attentions,
         kwargs,
     ) -> dict[str, Any]:
-        """The checked inputs of one forward pass, with a mask of ones when none is given."""
+        """The checked inputs of one forward pass, with a mask of ones when none is given. A padding-free batch
+        (``cu_seq_lens_q``, ``padding_free.py``) comes back padded, with its :class:`FlatBatch` under
+        ``FLAT_BATCH`` for :meth:`_backbone_call`."""
+        flat = None
+        if kwargs.get("cu_seq_lens_q") is not None:
+            if not self.takes_flat_batches:
+                raise ValueError(
+                    f"{type(self).__name__} takes padded batches only: padding-free ones (cu_seq_lens_q) are read "
+                    "by PooledModel and PooledForSequenceClassification. Pad the batch (DataCollatorWithPadding)."
+                )
+            given = {"input_ids": input_ids, "inputs_embeds": inputs_embeds, "token_type_ids": token_type_ids}
+            given.update(position_ids=position_ids, attention_mask=attention_mask, **kwargs)
+            flat, padded = flat_batch_from(given, self.pad_token_id)
+            input_ids, inputs_embeds = padded["input_ids"], padded["inputs_embeds"]
+            token_type_ids, position_ids = padded["token_type_ids"], padded["position_ids"]
+            attention_mask = padded["attention_mask"]
+            kwargs = {name: value for name, value in padded.items() if name not in _FORWARD_INPUTS}
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         reference = input_ids if input_ids is not None else inputs_embeds
@@ -206,7 +227,7 @@ class PooledPreTrainedModel(CheckpointLoading, BackboneRunner, PreTrainedModel):
                 f"{', '.join(given)}: labels given as text at call time are read by pooling='label_text' only; this "
                 f"model's pooling is {self.config.pooling!r}."
             )
-        return {
+        inputs = {
             "input_ids": input_ids,
             "inputs_embeds": inputs_embeds,
             "attention_mask": attention_mask,
@@ -214,6 +235,9 @@ class PooledPreTrainedModel(CheckpointLoading, BackboneRunner, PreTrainedModel):
             "position_ids": position_ids,
             **kwargs,
         }
+        if flat is not None:
+            inputs[FLAT_BATCH] = flat
+        return inputs
 
     def embed(
         self,
@@ -230,7 +254,7 @@ class PooledPreTrainedModel(CheckpointLoading, BackboneRunner, PreTrainedModel):
         inputs = self._model_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, None, kwargs
         )
-        return self.pooler.public_output(self.pooler.encode(self._backbone_call(), inputs, False)[1])
+        return self.pooler.public_output(self.pooler.encode(self._backbone_call(inputs), inputs, False)[1])
 
 
 # 0.1 saved label embeddings as a parameter of the pooler (now the weight of a module of their own) and named the
@@ -259,6 +283,7 @@ class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
     # from_backbone refuses a sentence-transformers folder whose embeddings encode() would not reproduce (a classifier,
     # trained for its head, only warns).
     refuses_unreproducible_folders = True
+    takes_flat_batches = True
 
     def __init__(self, config: PooledConfig, backbone: PreTrainedModel | None = None):
         super().__init__(config)
@@ -291,7 +316,7 @@ class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
         )
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        outputs, pooled = self.pooler.encode(self._backbone_call(), inputs, output_hidden_states)
+        outputs, pooled = self.pooler.encode(self._backbone_call(inputs), inputs, output_hidden_states)
         return BaseModelOutputWithPooling(
             last_hidden_state=outputs.last_hidden_state,
             pooler_output=self.pooler.public_output(pooled),
@@ -332,6 +357,7 @@ class PooledForSequenceClassification(SentenceEncoderMixin, PooledPreTrainedMode
         r"^pooler\.": "classifier.pooler.",  # a PooledModel checkpoint: its pooler, with a new head
         **_POOLER_KEYS_0_1,
     }
+    takes_flat_batches = True
 
     def __init__(self, config: PooledConfig, backbone: PreTrainedModel | None = None):
         super().__init__(config)
@@ -370,7 +396,7 @@ class PooledForSequenceClassification(SentenceEncoderMixin, PooledPreTrainedMode
         )
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        outputs, _, logits = self.classifier(self._backbone_call(), inputs, output_hidden_states)
+        outputs, _, logits = self.classifier(self._backbone_call(inputs), inputs, output_hidden_states)
         loss = None
         if labels is not None:
             labels = as_label_tensor(labels)

@@ -35,10 +35,12 @@ from transformers.masking_utils import (
 )
 from transformers.modeling_outputs import BaseModelOutput
 
+from .varlen_attention import TORCH_VARLEN
+
 __all__ = ["PackedLayout", "packing_refusal", "run_packed", "VARLEN_IMPLEMENTATIONS"]
 
 # Attention implementations that take the texts' boundaries as cumulative lengths (no mask at all).
-VARLEN_IMPLEMENTATIONS = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
+VARLEN_IMPLEMENTATIONS = ("flash_attention_2", "flash_attention_3", "flash_attention_4", TORCH_VARLEN)
 # Layer types whose packed mask transformers' helpers build: name -> (bidirectional, causal) helper.
 MASK_HELPERS = {
     "full_attention": (create_bidirectional_mask, create_causal_mask),
@@ -132,22 +134,22 @@ def _first_fit(lengths: list[int], capacity: int) -> tuple[list[int], list[int],
 # ----------------------------------------------------------------------------------------------------
 
 
-def packing_refusal(backbone: nn.Module) -> str | None:
-    """Why ``backbone`` cannot run packed rows, or None when it can.
+def packing_refusal(backbone: nn.Module, varlen: bool = False) -> str | None:
+    """Why ``backbone`` cannot run packed rows, or None when it can; ``varlen``: rows whose texts' boundaries go to a
+    varlen attention kernel (``torch_varlen``, flash attention) rather than into a mask.
 
-    Packing needs a backbone that (1) builds its attention mask with transformers' mask helpers, which pass a
-    prepared 4-D mask through unchanged (DeBERTa-v2 builds its own from a 2-D mask), (2) takes position ids, so each
-    text's positions restart in its row (relative schemes like rotary then see the same distances), and (3) has only
-    layer types whose packed mask those helpers build (full and sliding-window attention). Its embeddings must not
-    read the 2-D mask either (ESM's do).
+    Packing needs a backbone that (1) keeps its texts apart: with a mask, by building it with transformers' mask
+    helpers, which pass a prepared 4-D mask through unchanged (DeBERTa-v2 builds its own from a 2-D mask); with a
+    varlen kernel, by computing attention through transformers' ``AttentionInterface``, which hands the kernel the
+    boundaries (DeBERTa-v2 and MPNet compute it in their own modules); (2) takes position ids, so each text's
+    positions restart in its row (relative schemes like rotary then see the same distances), and (3) has only layer
+    types that both ways handle (full and sliding-window attention). Its embeddings must not read the 2-D mask
+    either (ESM's do).
     """
     name = type(backbone).__name__
-    module = sys.modules.get(type(backbone).__module__)
-    if not any(hasattr(module, helper) for helper in ("create_bidirectional_mask", "create_causal_mask")):
-        return (
-            f"{name} builds its attention mask itself from a [batch, seq_len] mask, so it cannot take the "
-            "block-diagonal mask that keeps packed texts apart"
-        )
+    refusal = _attention_backend_refusal(backbone) if varlen else _mask_helpers_refusal(backbone)
+    if refusal is not None:
+        return refusal
     embeddings = getattr(backbone, "embeddings", None)
     if (
         isinstance(embeddings, nn.Module)
@@ -161,7 +163,27 @@ def packing_refusal(backbone: nn.Module) -> str | None:
         return f"{name} takes no position_ids, so the texts of a packed row cannot each start at position 0"
     unknown = sorted(set(getattr(backbone.config, "layer_types", None) or ()) - set(MASK_HELPERS))
     if unknown:
-        return f"{name} has layers of type {', '.join(unknown)}, whose packed mask is not built here"
+        return f"{name} has layers of type {', '.join(unknown)}, whose packed attention is not built here"
+    return None
+
+
+def _mask_helpers_refusal(backbone: nn.Module) -> str | None:
+    module = sys.modules.get(type(backbone).__module__)
+    if not any(hasattr(module, helper) for helper in ("create_bidirectional_mask", "create_causal_mask")):
+        return (
+            f"{type(backbone).__name__} builds its attention mask itself from a [batch, seq_len] mask, so it cannot "
+            "take the block-diagonal mask that keeps packed texts apart"
+        )
+    return None
+
+
+def _attention_backend_refusal(backbone: nn.Module) -> str | None:
+    if not getattr(type(backbone), "_supports_attention_backend", False):
+        return (
+            f"{type(backbone).__name__} computes attention in its own modules, not through transformers' "
+            "AttentionInterface (its class does not set _supports_attention_backend), so no varlen kernel can be "
+            "given the texts' boundaries"
+        )
     return None
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .inputs import checks_values
 from .problem_types import MULTI_LABEL, PROBLEM_TYPES, SINGLE_LABEL
 
 __all__ = ["IGNORE_INDEX", "as_label_tensor", "check_labels"]
@@ -21,8 +22,9 @@ __all__ = ["IGNORE_INDEX", "as_label_tensor", "check_labels"]
 
 def _checking_values() -> bool:
     # Checks that read the labels' values branch on data, which compiled and exported graphs cannot hold: there
-    # only the shape and dtype checks run (the same labels are checked in eager mode).
-    return not torch.compiler.is_compiling()
+    # only the shape and dtype checks run (the same labels are checked in eager mode). A caller that checked its
+    # labels (inputs.values_checked_by_caller) saves the host synchronisation each read costs.
+    return checks_values()
 
 
 # Cross-entropy skips these targets (transformers' convention for padding labels).

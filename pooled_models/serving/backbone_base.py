@@ -47,6 +47,33 @@ class Backbone:
         ``inputs_embeds``: the token embeddings to use instead of looking ``input_ids`` up (label markers)."""
         raise NotImplementedError
 
+    def connect_label_pooling(self, module: nn.Module, pooling: nn.Module) -> None:
+        """Fit a label pooling (label text, label tokens) to the backbone as transformers does, and make ``module``
+        read its label markers (ids at or past the vocabulary) where the family reads them from the ids themselves
+        (the transformers route); vLLM's families take them as input embeddings in ``run_marked`` instead."""
+
+    def transformers_state(
+        self, module: nn.Module, weights: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """The backbone's weights under the names of transformers' module (what the checkpoint's own transformers
+        model loads), from the checkpoint's ``weights`` or the loaded ``module``."""
+        return weights
+
+    def run_marked(
+        self, module: nn.Module, input_ids: torch.Tensor, positions: torch.Tensor, markers: nn.Module
+    ) -> torch.Tensor:
+        """``run`` on a prompt whose ids at or past the vocabulary are label markers (label text) or label tokens:
+        their learned vectors (``markers.marked_embeddings``) replace the looked-up token embeddings, as transformers'
+        ``LabelTokenInput`` replaces the output of the backbone's token embedding table (before anything the backbone
+        adds: positions, token types, a norm, a scale)."""
+        inputs_embeds = markers.marked_embeddings(self.token_embeddings(module), input_ids)
+        return self.run(module, input_ids.clamp(max=markers.vocabulary - 1), positions, inputs_embeds)
+
+    def token_embeddings(self, module: nn.Module):
+        """The function vLLM's model looks ids up with: what transformers' token embedding table gives (its
+        ``get_input_embeddings()``, Gemma's scale included), before positions, token types or a norm are added."""
+        return module.embed_input_ids
+
     def load_weights(self, module: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Load the checkpoint's backbone weights (names as transformers saves them); the parameters loaded."""
         return set(module.load_weights(weights))

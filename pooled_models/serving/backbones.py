@@ -18,14 +18,9 @@ it) runs where vLLM is not installed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .backbone_base import Backbone
 from .routes import AUX_HIDDEN_STATE_DECODERS, VLLM_ENCODERS, kernel_architecture
 from .transformers_backbone import TransformersBackbone
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["Backbone", "backbone_for"]
 
@@ -62,10 +57,14 @@ class ModernBertBackbone(Backbone):
         return ModernBertModel
 
     def run(self, module, input_ids, positions, inputs_embeds=None):
-        _no_embeddings_given(inputs_embeds, "ModernBERT")
-        if self.layers is None:
+        if self.layers is None and inputs_embeds is None:
             return module(input_ids=input_ids, positions=positions)
-        hidden = module.embeddings(input_ids=input_ids)
+        # vLLM's ModernBertModel.forward takes inputs_embeds as its embedding layer's output (it skips the embeddings'
+        # norm for them), while the label markers' are the token table's (as transformers' LabelTokenInput and vLLM's
+        # embed_input_ids give them): the embeddings' norm runs here.
+        hidden = module.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds)
+        if self.layers is None:
+            return module(input_ids=input_ids, positions=positions, inputs_embeds=hidden)
         states = {0: hidden}
         layers = module.encoder_layer.layers
         for index, layer in enumerate(layers, start=1):
@@ -122,6 +121,12 @@ class DecoderBackbone(Backbone):
         states[len(module.layers)] = module.norm(hidden, residual)[0]
         return self._side_by_side(states)
 
+    def transformers_state(self, module, weights):
+        if self.model_type != "gemma3":
+            return weights
+        # transformers' Gemma3Model holds its text model as language_model.*; the checkpoint's older layout (above)
+        return {name.replace("language_model.model.", "language_model.", 1): w for name, w in weights.items()}
+
     def load_weights(self, module, weights):
         if self.model_type == "gemma3":
             # Gemma 3's composite model holds its text model under language_model (transformers saves it as
@@ -133,12 +138,6 @@ class DecoderBackbone(Backbone):
                 if name.startswith("language_model.")
             )
         return super().load_weights(module, weights)
-
-
-def _no_embeddings_given(inputs_embeds, family: str) -> None:
-    # support.refusal serves label poolings (the only callers giving embeddings) on the families that take them
-    if inputs_embeds is not None:
-        raise ValueError(f"the plugin's {family} backbone takes token ids, not input embeddings")
 
 
 def backbone_for(pooled_config, layers: list[int] | None) -> Backbone:

@@ -10,20 +10,21 @@ with its defaults (``label_tokens.py``). Refused, by name:
   takes no mask: its metadata is each prompt's extent, and its encoder-only builder changes one thing of the decoder's,
   ``new_common_attn_metadata.causal = False``
   (vllm/model_executor/layers/attention/encoder_only_attention.py), so every token of a prompt attends to every other.
-* ``pooling="label_tokens"`` except full insertion with two-way attention, every label in one pass, after the first
-  token of an encoder's prompt (served with the serving tokenizer, ``label_tokens.py``): one-way attention needs a
+* ``pooling="label_tokens"`` except full insertion with two-way attention and every label in one pass (served with
+  the serving tokenizer, ``label_tokens.py``, which also checks where the label tokens go): one-way attention needs a
   token mask (above); ``label_token_layers`` below ``"all"`` runs two sequences per request (the text alone, then with
   the labels); several passes run the text once per group of labels, and vLLM runs one prompt per request.
 * a ``PooledModel`` with ``label_text``: its output is one vector per label for each text (``[L, H]``), and vLLM's
   ``embed`` returns one vector per text.
+
+What is served, is served on every backbone the plugin serves (vLLM's own models and the transformers route), and in
+a task of a multi-task checkpoint: the label vectors go where transformers' ``LabelTokenInput`` puts them, in place of
+the token embedding table's output (``backbone_base.Backbone.run_marked``).
 """
 
 from __future__ import annotations
 
 __all__ = ["label_refusal", "SERVED_LABEL_TEXT"]
-
-# The backbones label tokens are served on (support.ENCODER_BACKBONES; not imported: support imports this module).
-ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
 
 # What to train instead of a refused label setting: the setting the plugin serves, with what it keeps.
 SERVED_LABEL_TEXT = (
@@ -60,7 +61,8 @@ def label_refusal(config, architecture: str, prefix: str, alternatives: str) -> 
 
 def _label_token_refusal(config, architecture: str, prefix: str, alternatives: str) -> str | None:
     """Label tokens are served as one prompt per text, ``[CLS] <labels> text [SEP]``, from the serving tokenizer
-    (``label_tokens.py``): full insertion, two-way attention, every label in one pass, after the first token."""
+    (``label_tokens.py``): full insertion, two-way attention, every label in one pass. Where the labels go
+    (``label_token_position``) is the serving tokenizer's to check: it needs the tokenizer."""
     instead = f"Instead, {SERVED_LABEL_TEXT}, or {alternatives}."
     setting = f"{prefix} with pooling='label_tokens'"
     if architecture != "PooledForSequenceClassification":
@@ -82,15 +84,5 @@ def _label_token_refusal(config, architecture: str, prefix: str, alternatives: s
             f"{setting} and label_tokens_per_pass={config.label_tokens_per_pass} < num_labels={config.num_labels}: "
             "each text is read once per group of labels (several sequences for one request), while vLLM runs one "
             f"prompt per request. Use label_tokens_per_pass >= num_labels (every label in one pass). {instead}"
-        )
-    if config.label_token_position != 1:
-        return (
-            f"{setting} and label_token_position={config.label_token_position!r}: the serving tokenizer puts the label "
-            f"tokens after the first special token (label_token_position=1) only. {instead}"
-        )
-    if getattr(config.backbone_config, "model_type", None) not in ENCODER_TYPES:
-        return (
-            f"{setting} on a {config.backbone_config.model_type!r} backbone: label tokens are served on encoders "
-            f"({', '.join(ENCODER_TYPES)}), whose prompts start with a special token. {instead}"
         )
     return None

@@ -68,6 +68,8 @@ class _ServedPooled(nn.Module):
         self.pooler = self.make_pooler(config, pooling, head)
         # A label pooling's prompts carry ids past the vocabulary (label markers, label tokens): decided once here.
         self.marks_inputs = isinstance(self.pooler, tuple(LABEL_POOLERS.values()))
+        if self.marks_inputs:
+            self.family.connect_label_pooling(self.backbone, self.pooler.pooling)
 
     def make_pooler(self, config, pooling: nn.Module | None, head: nn.Module | None) -> nn.Module:
         """The vLLM pooler that answers the architecture's tasks (a token classifier's answers per token; a label
@@ -105,9 +107,7 @@ class _ServedPooled(nn.Module):
         if inputs_embeds is not None:
             raise ValueError("pooled_models' vLLM models take token ids, not prompt embeddings")
         if self.marks_inputs:  # ids past the vocabulary: the label vectors
-            inputs_embeds = self.pooler.marked_embeddings(self.backbone.embed_input_ids, input_ids)
-            input_ids = input_ids.clamp(max=self.pooler.vocabulary - 1)
-            return self.family.run(self.backbone, input_ids, positions, inputs_embeds)
+            return self.family.run_marked(self.backbone, input_ids, positions, self.pooler)
         return self.family.run(self.backbone, input_ids, positions)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
@@ -131,7 +131,9 @@ class _ServedPooled(nn.Module):
             raise ValueError(f"the checkpoint has no weights for the backbone's {sorted(missing)}")
         self.pooler.load_state_dict(own, strict=True)  # raises naming missing and unexpected keys
         if isinstance(self.pooler, LabelTextModelPooler):
-            self.pooler.weights_loaded(self.config, dict(backbone))
+            self.pooler.weights_loaded(
+                self.config, self.family.transformers_state(self.backbone, dict(backbone))
+            )
         return loaded | {f"pooler.{name}" for name in own}
 
     def _own_name(self, name: str) -> str | None:

@@ -5,7 +5,7 @@ vLLM's pooling runner asks one pooler for one output per request, and a served m
 served once per task, each engine naming its task with a config override::
 
     LLM(model=folder, runner="pooling", hf_overrides={"served_task": "team"})
-    python -m vllm.entrypoints.openai.api_server --model FOLDER --runner pooling --hf-overrides '{"served_task": "team"}'
+    python -m vllm.entrypoints.launchers.api_server.entry --model FOLDER --runner pooling --hf-overrides '{"served_task": "team"}'
 
 A sequence task is served as its ``export_head`` checkpoint would be (``PooledForSequenceClassification``:
 ``classify``, its own pooling and head), a token task as a ``PooledForTokenClassification`` (``token_classify``).
@@ -15,7 +15,17 @@ config (no vLLM), so the package's own tests check every message.
 
 from __future__ import annotations
 
-__all__ = ["SERVED_TASK", "TASK_ARCHITECTURES", "served_task", "task_architecture"]
+from ..modeling.modeling_multitask import PooledForMultiTask
+from ..modeling.modeling_pooled import PooledForSequenceClassification
+
+__all__ = [
+    "SERVED_TASK",
+    "TASK_ARCHITECTURES",
+    "served_task",
+    "task_architecture",
+    "served_config",
+    "head_location",
+]
 
 SERVED_TASK = "served_task"  # the config attribute the override sets
 # The standalone architecture each kind of task is served as (the class export_head writes).
@@ -53,3 +63,24 @@ def served_task(config) -> str:
 
 def task_architecture(config, task: str) -> str:
     return TASK_ARCHITECTURES[config.kind(task)]
+
+
+def served_config(config):
+    """The pooled config this engine serves: a multi-task checkpoint's served task's (``task_config``), any other
+    checkpoint's own. A multi-task checkpoint without a valid task gives its own config (its model refuses to load,
+    naming the override)."""
+    if getattr(config, "tasks", None) is None:
+        return config
+    try:
+        return config.task_config(served_task(config))
+    except ValueError:
+        return config
+
+
+def head_location(config) -> tuple[str, dict[str, str]]:
+    """Where the checkpoint holds the served classifier's head, and the renaming of its earlier key layouts:
+    ``classifier.head.`` (PooledForSequenceClassification's), or a multi-task checkpoint's served task's,
+    ``classifier.heads.<task>.head.`` (PooledForMultiTask's)."""
+    if getattr(config, "tasks", None) is None:
+        return "classifier.head.", PooledForSequenceClassification._legacy_key_mapping
+    return f"classifier.heads.{served_task(config)}.head.", PooledForMultiTask._legacy_key_mapping

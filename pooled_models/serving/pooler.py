@@ -9,6 +9,11 @@ checkpoint), and answers each request for its task:
   softmax for single-label, sigmoid for multi-label, none for regression); ``use_activation=False`` gives the logits.
 - ``embed``: the pooled vector, scaled to length 1 when the config's ``normalize_embeddings`` says so (as the model's
   ``encode`` does); ``use_activation=False`` never normalises.
+
+vLLM's affine score calibration (``--pooler-config '{"logit_mean": m, "logit_sigma": s}'``, ``PoolerConfig``) applies
+to ``classify`` (and ``token_classify``, ``token_pooler.py``) as vLLM's own classifier heads apply it
+(``ClassifierPoolerHead`` in vllm/model_executor/layers/pooler/seqwise/heads.py, ``TokenClassifierPoolerHead`` in
+tokwise/heads.py): ``(logits - m) / s`` before the activation, with ``use_activation=False`` too; never to ``embed``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,28 @@ from vllm.model_executor.layers.pooler import Pooler
 from vllm.model_executor.layers.pooler.activations import get_act_fn
 from vllm.v1.pool.metadata import PoolingMetadata
 
-__all__ = ["PooledModelPooler", "padded_states"]
+__all__ = ["PooledModelPooler", "padded_states", "LogitCalibration"]
+
+
+class LogitCalibration:
+    """vLLM's ``PoolerConfig.logit_mean`` / ``logit_sigma`` (None: not set), read from the engine's config while vLLM
+    builds the model, as vLLM's ``pooler_for_classify`` reads them (vllm/model_executor/layers/pooler/seqwise/
+    poolers.py), and applied as its classifier heads apply them: the mean subtracted, then divided by sigma."""
+
+    def __init__(self):
+        from vllm.config import get_current_vllm_config_or_none
+
+        vllm_config = get_current_vllm_config_or_none()
+        pooler_config = None if vllm_config is None else vllm_config.model_config.pooler_config
+        self.mean = getattr(pooler_config, "logit_mean", None)
+        self.sigma = getattr(pooler_config, "logit_sigma", None)
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.mean is not None:
+            logits = logits - self.mean
+        if self.sigma is not None:
+            logits = logits / self.sigma
+        return logits
 
 
 class PooledModelPooler(Pooler):
@@ -48,6 +74,7 @@ class PooledModelPooler(Pooler):
         self.num_hidden_states = num_hidden_states
         self.normalize = bool(config.normalize_embeddings)
         self.activation = get_act_fn(config)
+        self.calibrate = LogitCalibration()
 
     def get_supported_tasks(self) -> Set[str]:
         return self.tasks
@@ -57,9 +84,13 @@ class PooledModelPooler(Pooler):
         if cursor.is_partial_prefill():
             # The model declares bidirectional (encoder-only) attention, for which vLLM never splits a prompt.
             raise RuntimeError("pooled_models' pooler reads whole prompts; vLLM scheduled part of one")
-        pooled = self.pool(hidden_states, cursor.num_scheduled_tokens_cpu)
-        params = pooling_metadata.pooling_params
-        logits = self.head(pooled) if any(p.task == "classify" for p in params) else None
+        return self.answer(
+            self.pool(hidden_states, cursor.num_scheduled_tokens_cpu), pooling_metadata.pooling_params
+        )
+
+    def answer(self, pooled: torch.Tensor, params) -> list[torch.Tensor]:
+        """Each request's answer for its task from the pooled vectors ``[requests, ...]`` (what the head reads)."""
+        logits = self.calibrate(self.head(pooled)) if any(p.task == "classify" for p in params) else None
         outputs = []
         for index, param in enumerate(params):
             if param.task == "classify":

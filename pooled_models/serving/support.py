@@ -14,7 +14,7 @@ from ..modeling.backbone import SEQUENCE_BASE_MODELS
 from ..modeling.pooling import POOLINGS, Pooler
 from .label_support import label_refusal
 from .multitask_support import served_task, task_architecture
-from .routes import TRANSFORMERS_ROUTE_REFUSED, VLLM_DECODERS, VLLM_ENCODERS, kernel_architecture
+from .routes import TRANSFORMERS_ROUTE_REFUSED, VLLM_DECODERS, VLLM_ENCODERS
 
 __all__ = [
     "ALTERNATIVES",
@@ -51,11 +51,6 @@ SERVED_ARCHITECTURES = {
 TOKEN_ARCHITECTURES = ("PooledForTokenClassification",)
 
 
-# The backbones a label pooling is served on: vLLM's own implementations that take input embeddings in place of token
-# ids (the label marker's vector), each compared with transformers in tests/serving_vllm.
-LABEL_BACKBONES = ("bert", "roberta", "xlm-roberta", "camembert", "llama")
-
-
 def served_tasks(architecture: str) -> tuple[str, ...]:
     return SERVED_ARCHITECTURES.get(architecture, ())
 
@@ -80,13 +75,8 @@ def refusal(config, architecture: str) -> str | None:
     if architecture in TOKEN_ARCHITECTURES:
         return None
     if config.pooling in ("label_text", "label_tokens"):
-        if model_type not in LABEL_BACKBONES or kernel_architecture(config.backbone_config, None) is None:
-            return (
-                f"{prefix} with pooling={config.pooling!r} on a {model_type!r} backbone: the plugin gives the label "
-                "marker's vector to the backbone as an input embedding, which it does on vLLM's own "
-                f"{', '.join(LABEL_BACKBONES)} (checked equal to transformers), not to this backbone's "
-                f"(the transformers route, or another vLLM model). Instead, {ALTERNATIVES}."
-            )
+        # On every backbone the plugin serves: the label vectors go in where transformers puts them, in place of the
+        # token embedding table's output (backbone_base.Backbone.run_marked, the transformers route's connect_markers).
         return label_refusal(config, architecture, prefix, ALTERNATIVES)
     pooling_class = POOLINGS.lookup(config.pooling)
     if pooling_class.encode is not Pooler.encode:
@@ -106,15 +96,7 @@ def multitask_refusal(config) -> str | None:
         task = served_task(config)
     except ValueError as error:
         return str(error)
-    task_config = config.task_config(task)
-    if task_config.pooling in ("label_text", "label_tokens"):
-        return (
-            f"PooledForMultiTask task {task!r}: pooled_models' vLLM plugin serves label poolings from standalone "
-            "checkpoints only (the label vectors and the serving tokenizer are worked out from one), not from a task "
-            f"of a multi-task model. Instead, export the task (model.export_head({task!r}, folder)) and serve that "
-            "folder."
-        )
-    reason = refusal(task_config, task_architecture(config, task))
+    reason = refusal(config.task_config(task), task_architecture(config, task))
     if reason is None:
         return None
     return f"PooledForMultiTask task {task!r}: {reason}"

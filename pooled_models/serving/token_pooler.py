@@ -7,7 +7,8 @@ one ``[prompt tokens, num_labels]`` tensor per request. Every prompt token is an
 included (as ``model(**tokenizer(text)).logits`` gives them); ``pipeline('token-classification')`` drops those itself.
 
 The activation is the pipeline's: softmax over each token's labels (a token classifier is single-label per token);
-``use_activation=False`` gives the logits.
+``use_activation=False`` gives the logits. vLLM's ``logit_mean`` / ``logit_sigma`` calibrate the logits first, as its
+own ``TokenClassifierPoolerHead`` does (``pooler.LogitCalibration``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import torch
 from torch import nn
 from vllm.model_executor.layers.pooler import Pooler
 from vllm.v1.pool.metadata import PoolingMetadata
+
+from .pooler import LogitCalibration
 
 __all__ = ["TokenClassifierPooler", "TOKEN_CLASSIFY"]
 
@@ -30,6 +33,7 @@ class TokenClassifierPooler(Pooler):
     def __init__(self, head: nn.Module):
         super().__init__()
         self.head = head
+        self.calibrate = LogitCalibration()
 
     def get_supported_tasks(self) -> Set[str]:
         return {TOKEN_CLASSIFY}
@@ -39,7 +43,7 @@ class TokenClassifierPooler(Pooler):
         if cursor.is_partial_prefill():
             # The model declares bidirectional (encoder-only) attention, for which vLLM never splits a prompt.
             raise RuntimeError("pooled_models' token pooler reads whole prompts; vLLM scheduled part of one")
-        logits = self.head(hidden_states)
+        logits = self.calibrate(self.head(hidden_states))
         rows = torch.split(logits, cursor.num_scheduled_tokens_cpu.tolist())
         return [
             row.softmax(dim=-1) if param.use_activation else row

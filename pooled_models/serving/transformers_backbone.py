@@ -24,11 +24,13 @@ than vLLM's kernels; bench/serving_backbones.py measures it against pipeline(...
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import SimpleNamespace
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from ..modeling.backbone import pools_the_sequence
+from ..modeling.backbone import input_embeddings_of, pools_the_sequence
+from ..modeling.label_token_input import enable_label_token_input
 from ..modeling.modeling_pooled import PooledModel
 from .backbone_base import Backbone
 from .routes import RUN_ALONE
@@ -87,8 +89,27 @@ class TransformersBackbone(Backbone):
         self.run_alone = self.model_type in RUN_ALONE
         return module
 
+    def connect_label_pooling(self, module, pooling):
+        # As the transformers model checks it: a factorised embedding (ALBERT, ELECTRA) makes the label vectors as wide
+        # as a token embedding, not as the hidden states.
+        pooling.check_backbone(module, self.pooled.position_budget)
+        # transformers' own LabelTokenInput reads the marker ids inside the backbone's token embedding table, exactly
+        # as in the checkpoint's transformers model; its learned vectors are the served pooler's (loaded from the
+        # checkpoint), not those of the unloaded pooler of self.pooled.
+        enable_label_token_input(input_embeddings_of(module), SimpleNamespace(pooler=pooling))
+
+    def transformers_state(self, module, weights):
+        return (
+            module.state_dict()
+        )  # transformers' module itself, whichever layout the checkpoint was saved in
+
+    def run_marked(self, module, input_ids, positions, markers):
+        return self.run(
+            module, input_ids, positions
+        )  # the ids past the vocabulary go in: see connect_markers
+
     def run(self, module, input_ids, positions, inputs_embeds=None):
-        if inputs_embeds is not None:  # support.refusal serves label poolings on vLLM's kernels only
+        if inputs_embeds is not None:  # label markers come as ids (run_marked)
             raise ValueError("the plugin's transformers route takes token ids, not input embeddings")
         lengths = request_lengths(positions)
         requests = list(torch.split(input_ids, lengths))

@@ -5,7 +5,7 @@ vLLM checks every prompt id before it reaches the model (``BaseRenderer.validate
 ``max(tokenizer.max_token_id, model_config.get_vocab_size() - 1)`` is "out of vocabulary"), and reads the model's
 vocabulary size through the model-architecture convertor registered for the config's ``model_type``
 (``vllm.transformers_utils.model_arch_config_convertor.MODEL_ARCH_CONFIG_CONVERTORS``). The plugin registers one for
-``"pooled"`` that counts the marker in, so that the zero-shot route (``zero_shot.py``) can send each label's text with
+``"pooled"`` and ``"pooled_multitask"`` that counts the marker in, so that the zero-shot route (``zero_shot.py``) can send each label's text with
 the marker in its first slot.
 """
 
@@ -16,6 +16,8 @@ from vllm.transformers_utils.model_arch_config_convertor import (
     ModelArchConfigConvertorBase,
 )
 
+from .multitask_support import served_config
+
 __all__ = ["PooledArchConfigConvertor", "register_vocabulary", "marker_id"]
 
 
@@ -25,14 +27,16 @@ def marker_id(config) -> int:
 
 
 class PooledArchConfigConvertor(ModelArchConfigConvertorBase):
-    """vLLM's view of a pooled config: the backbone's, with the label marker's id counted in for ``label_text``."""
+    """vLLM's view of a pooled config: the backbone's, with the label marker's id counted in for ``label_text`` (a
+    multi-task checkpoint's: when the task it serves has it)."""
 
     def get_vocab_size(self) -> int:
         size = super().get_vocab_size()
-        if getattr(self.hf_config, "pooling", None) == "label_text":
+        if getattr(served_config(self.hf_config), "pooling", None) == "label_text":
             return max(size, marker_id(self.hf_config) + 1)
         return size
 
 
 def register_vocabulary() -> None:
-    MODEL_ARCH_CONFIG_CONVERTORS.setdefault("pooled", PooledArchConfigConvertor)
+    for model_type in ("pooled", "pooled_multitask"):  # PooledConfig's, PooledMultiTaskConfig's
+        MODEL_ARCH_CONFIG_CONVERTORS.setdefault(model_type, PooledArchConfigConvertor)

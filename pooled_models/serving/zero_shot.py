@@ -36,10 +36,10 @@ from vllm.pooling_params import PoolingParams
 
 from ..modeling.heads import LabelTextHead
 from ..modeling.label_text import label_text_token_ids
-from ..modeling.modeling_pooled import PooledForSequenceClassification
 from ..modeling.text_length import text_length
 from ..modeling.zero_shot_pipeline import DEFAULT_TEMPLATE, ranked_labels
 from .checkpoint_keys import renamed_key
+from .multitask_support import head_location, served_config
 from .vocabulary import marker_id
 
 __all__ = [
@@ -56,7 +56,6 @@ PLUGIN_NAME = "pooled_models_zero_shot"
 # The most candidate labels and texts one request may carry (every label's prompt and every text's run in the request).
 MAX_CANDIDATE_LABELS = 256
 MAX_TEXTS = 256
-HEAD = "classifier.head."
 # Requests between pre_process and post_process kept at most (the oldest dropped first).
 MAX_PENDING = 4096
 
@@ -79,7 +78,9 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
 
     def __init__(self, vllm_config: VllmConfig, renderer):
         super().__init__(vllm_config, renderer)
-        config = vllm_config.model_config.hf_config
+        config = served_config(
+            vllm_config.model_config.hf_config
+        )  # a multi-task checkpoint's: its served task's
         if getattr(config, "pooling", None) != "label_text":
             raise ValueError(
                 f"the {PLUGIN_NAME} IO processor serves models with pooling='label_text' (they read labels as text); "
@@ -90,7 +91,9 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
         self.text_length = served_text_length(config, self.tokenizer, vllm_config.model_config.max_model_len)
         self.marker = marker_id(config)
         self.own_labels = {str(name): int(index) for index, name in config.id2label.items()}
-        self.head = _load_head(config, vllm_config.model_config)
+        self.head = _load_head(
+            config, vllm_config.model_config, *head_location(vllm_config.model_config.hf_config)
+        )
         # The request a pre_process call made, by request id, until its post_process (offline: None).
         self._pending: dict[str | None, tuple[ZeroShotRequest, list[int] | None]] = {}
         self._lock = threading.Lock()
@@ -208,8 +211,9 @@ def _candidate_labels(value) -> list[str]:
     return list(value)
 
 
-def _load_head(config, model_config) -> LabelTextHead:
-    """The checkpoint's head (a few weights), read from its safetensors files under the names transformers loads."""
+def _load_head(config, model_config, prefix: str, legacy_key_mapping: dict[str, str]) -> LabelTextHead:
+    """The checkpoint's head (a few weights, under ``prefix``), read from its safetensors files under the names
+    transformers loads."""
     from safetensors import safe_open
 
     head = LabelTextHead(config, 1)
@@ -226,9 +230,9 @@ def _load_head(config, model_config) -> LabelTextHead:
     for path in sorted(folder.glob("*.safetensors")):
         with safe_open(str(path), framework="pt") as weights:
             for key in weights.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                name = renamed_key(key, PooledForSequenceClassification._legacy_key_mapping)
-                if name.startswith(HEAD):
-                    state[name[len(HEAD) :]] = weights.get_tensor(key)
+                name = renamed_key(key, legacy_key_mapping)
+                if name.startswith(prefix):
+                    state[name[len(prefix) :]] = weights.get_tensor(key)
     if "weight" in state:  # per_label: one weight vector per label, as wide as the pooled vectors
         head = LabelTextHead(config, state["weight"].shape[1])
     head.load_state_dict(state, strict=True)

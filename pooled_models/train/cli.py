@@ -6,6 +6,7 @@ keys that name code are refused wherever they appear (arguments/parsing.py)."""
 from __future__ import annotations
 
 import errno
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -13,11 +14,14 @@ from transformers import TrainerCallback
 
 from ..errors import UsageError
 from .arguments import DEMO_FLAG, chosen_model_settings, help_command, parse_arguments, program
+from .arguments.dependencies import implied_phase_lines
 from .console import is_verbose, quiet_libraries, set_up_logging
 from .pipeline import ModelFactory, RunResult, run_tasks
 from .tasks import task_specs
 
 __all__ = ["main", "run", "RunResult"]
+
+logger = logging.getLogger("pooled_models.train")
 
 # The errors of a full disk or a file system that refuses writes (errno names, as OSError reports them).
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
@@ -59,6 +63,8 @@ def run(
     arguments = parse_arguments(argv)
     model_args, data_args, training_args = arguments
     set_up_logging(training_args)
+    for line in implied_phase_lines(getattr(training_args, "implied_phases", {})):
+        logger.info(line)
     specs = task_specs(data_args, chosen_model_settings(model_args))
     with quiet_libraries(is_verbose(training_args)):
         return run_tasks(arguments, specs, callbacks, model_factory)

@@ -112,7 +112,7 @@ def shown_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return {
         key: value
         for key, value in metrics.items()
-        if key.startswith(("eval_", "test_"))
+        if key.startswith(("eval_", "test_", "zero_shot_"))
         and not key.endswith(TIMINGS)
         and isinstance(value, (int, float))
         and not isinstance(value, bool)
@@ -141,6 +141,20 @@ def short_list(names: list[str], shown: int = 8) -> str:
     return f"{', '.join(names[:shown])}, ... ({len(names)} in all)"
 
 
+def plural(number: int, noun: str, nouns: str | None = None) -> str:
+    """``1 row``, ``2 rows``; ``nouns`` where the plural is not ``noun + "s"`` (``1 batch``, ``3 batches``)."""
+    return f"{number} {noun if number == 1 else nouns or noun + 's'}"
+
+
+def epochs_text(epochs: float) -> str:
+    """How many passes a run made: ``1 epoch``, ``4 epochs``, ``0.15 epochs`` (a run stopped by max_steps or early
+    stopping ends within an epoch; two decimals say how far)."""
+    rounded = round(float(epochs), 2)
+    if rounded.is_integer():
+        return plural(int(rounded), "epoch")
+    return f"{rounded:g} epochs"
+
+
 def count(number: int) -> str:
     """A parameter count as people say it: 22.7M, 410K, 950."""
     for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
@@ -153,18 +167,22 @@ class RunProgress(TrainerCallback):
     """One progress bar per phase in place of transformers' ProgressCallback, whose evaluation bar opens inside the
     training bar at every evaluation and interleaves with it: training shows one bar (its postfix the last logged
     loss) and one line per evaluation; a final evaluation or prediction shows one bar of its own, over every task of
-    a multi-task run. ``disable_tqdm`` keeps the lines and drops the bars."""
+    a multi-task run. ``disable_tqdm`` drops the bars and keeps lines in their place: one per logged training loss and
+    one per epoch (a long epoch is not a silent one), one per evaluation, and one when a final phase ends."""
 
     def __init__(self):
         self.bar = None
         self.phase = "evaluate"
         self.training = False
         self.done = 0
+        self.batches = 0  # of the final phase running
+        self.quiet = False  # its bar is disabled (--disable_tqdm)
         self.loader = (
             None  # the evaluation dataloader the bar counts (a multi-task evaluation has one per task)
         )
 
     def _open(self, args, description: str, total: int | None, unit: str):
+        self.quiet = bool(args.disable_tqdm)
         return tqdm(
             total=total, desc=description, unit=unit, dynamic_ncols=True, disable=bool(args.disable_tqdm)
         )
@@ -179,7 +197,10 @@ class RunProgress(TrainerCallback):
         """A final evaluation or prediction: its batches fill one bar named ``phase``, closed at the end."""
         self.phase = phase
         try:
+            self.batches, self.quiet = 0, False
             yield
+            if self.quiet:  # no bar was shown: a line says the phase is done
+                print(f"{phase}: done, {plural(self.batches, 'batch', 'batches')}", flush=True)
         finally:
             self.close()
             self.phase = "evaluate"
@@ -208,6 +229,7 @@ class RunProgress(TrainerCallback):
             self.bar.refresh()
         self.loader = eval_dataloader
         self.bar.update(1)
+        self.batches += 1
 
     def on_evaluate(self, args, state, control, **kwargs):
         if not self.training:
@@ -216,11 +238,24 @@ class RunProgress(TrainerCallback):
     def on_predict(self, args, state, control, **kwargs):
         self.close()
 
+    def on_epoch_end(self, args, state, control, **kwargs):
+        # Without bars, the end of an epoch is a line; an evaluation every epoch prints its own (on_log).
+        if (
+            self._quiet_training(args, state)
+            and str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "epoch"
+        ):
+            print(f"epoch {state.epoch:g}: step {state.global_step} of {state.max_steps}", flush=True)
+
+    def _quiet_training(self, args, state) -> bool:
+        return self.training and bool(args.disable_tqdm) and state.is_world_process_zero
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
         if "loss" in logs and self.bar is not None:
             self.bar.set_postfix(loss=f"{logs['loss']:.4g}", refresh=False)
+        if "loss" in logs and self._quiet_training(args, state):
+            print(f"step {state.global_step} of {state.max_steps}: loss {logs['loss']:.4g}", flush=True)
         scores = epoch_metrics(logs)
         if self.training and scores:
             epoch = f"epoch {state.epoch:g}" if state.epoch is not None else f"step {state.global_step}"
@@ -261,7 +296,7 @@ def describe_splits(splits: dict[str, Any]) -> str:
     current folder named relative to it."""
     here = f"{Path.cwd()}{os.sep}"
     return "; ".join(
-        f"{split.source.replace(here, '')}: {len(split.dataset)} rows" for split in splits.values()
+        f"{split.source.replace(here, '')}: {plural(len(split.dataset), 'row')}" for split in splits.values()
     )
 
 
@@ -275,10 +310,24 @@ def describe_labels(labels, token: bool = False) -> str:
 
 
 def describe_head(config) -> str:
-    """``mean pooling, linear head`` for a pooled config; the class of anything else."""
+    """``mean pooling, linear head`` for a pooled config; ``label_text pooling, shared scorer`` for a label-text one
+    (whose scorer is its head: classifier_head is not read); nothing for anything else."""
     pooling = getattr(config, "pooling", None)
     head = getattr(config, "classifier_head", None)
-    return ", ".join(part for part in (pooling and f"{pooling} pooling", head and f"{head} head") if part)
+    if pooling == "label_text":
+        head_text = f"{config.label_text_scorer} scorer ({LABEL_TEXT_SCORER_WORDS[config.label_text_scorer]})"
+    elif pooling == "label_tokens":
+        head_text = f"{head} head on each label token"
+    else:
+        head_text = head and f"{head} head"
+    return ", ".join(part for part in (pooling and f"{pooling} pooling", head_text) if part)
+
+
+# What a label-text model's scorer computes (heads.LabelTextHead), as the model line says it.
+LABEL_TEXT_SCORER_WORDS = {
+    "shared": "the scaled cosine of the text and each label, any labels",
+    "per_label": "the scaled cosine plus a linear term per label, the model's own labels",
+}
 
 
 def describe_tasks(tasks: dict[str, Any]) -> list[str]:
@@ -329,11 +378,17 @@ def describe_length(length: int, origin: str) -> str:
 
 
 def print_summary(
-    output_dir: Path, metrics: dict[str, float], examples, kinds: dict[str, str], single: bool
+    output_dir: Path,
+    metrics: dict[str, float],
+    examples,
+    kinds: dict[str, str],
+    single: bool,
+    zero_shot: bool = False,
 ) -> None:
     """The end of a run: how training went, the scores, where the model is, the saved model's answers for the example
     texts (``[(text, {task: answers})]``) and how to use it. ``kinds``: task -> kind, in task order; ``single``: the
-    model published is one task's (a classifier), not a multi-task model."""
+    model published is one task's (a classifier), not a multi-task model; ``zero_shot``: it scores any labels given
+    as text (a label-text model with the shared scorer), so the zero-shot pipeline is shown too."""
     _print_evaluation(output_dir, metrics, width=28 if single else 32)  # task names make metric names longer
     if examples and single:
         print("The saved model, loaded with pipeline():")
@@ -345,7 +400,7 @@ def print_summary(
             print(f"  {text!r}")
             for task, answer in answers.items():
                 print(f"      {task}: {answer_text(answer)}")
-    _print_usage(_usage(output_dir, kinds, single))
+    _print_usage(_usage(output_dir, kinds, single) + (_zero_shot_usage(output_dir) if zero_shot else []))
 
 
 def answer_text(answers: list[dict[str, Any]]) -> str:
@@ -365,11 +420,12 @@ def _print_evaluation(output_dir: Path, metrics: dict[str, float], width: int) -
     print()
     if "train_runtime" in metrics:
         print(
-            f"Trained {metrics.get('epoch', 0):g} epochs on {metrics.get('train_rows', 0)} rows in "
+            f"Trained {epochs_text(metrics.get('epoch', 0))} on {plural(metrics.get('train_rows', 0), 'row')} in "
             f"{metrics['train_runtime']:.0f} s; final training loss {metrics.get('train_loss', float('nan')):.4g}"
         )
     if shown:
         print("Evaluation:")
+        width = max(width, *(len(key) + 1 for key in shown))
         for key, value in sorted(shown.items()):
             print(
                 f"  {key:<{width}} {value:.4f}" if isinstance(value, float) else f"  {key:<{width}} {value}"
@@ -396,6 +452,14 @@ def _usage(output_dir: Path, kinds: dict[str, str], single: bool) -> list[str]:
         "from transformers import pipeline",
         f'classify = pipeline("text-classification", model={model})',
         'print(classify("Your text here"))',
+    ]
+
+
+def _zero_shot_usage(output_dir: Path) -> list[str]:
+    """How to ask a label-text model with the shared scorer about labels of the user's own choosing."""
+    return [
+        f'zero_shot = pipeline("zero-shot-classification", model={_model_literal(output_dir)})',
+        'print(zero_shot("Your text here", candidate_labels=["any label", "another one"]))',
     ]
 
 

@@ -14,9 +14,9 @@ from huggingface_hub.errors import StrictDataclassError
 
 from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.problem_types import SINGLE_LABEL
+from .arguments.defaults import ASYMMETRIC_UNTUNED_THRESHOLD, FEW_EXAMPLES_PER_LABEL, FEW_EXAMPLES_POOLING
 from .arguments.training import (
     FEW_EXAMPLES_LEARNING_RATE,
-    FEW_EXAMPLES_PER_LABEL,
     MAX_DEFAULT_EPOCHS,
     MIN_TRAIN_STEPS,
     NUM_TRAIN_EPOCHS,
@@ -36,11 +36,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("pooled_models.train")
-
-# What a single-label run with few examples per label reads its labels as, when it names no pooling: each label's name
-# in the input, scored by the shared similarity plus a term of its own. On fortunes with 8 examples per label it beat
-# mean pooling trained as long (docs/label-text.md, "Defaults"); multi-label runs keep mean pooling, which won on debtags.
-FEW_EXAMPLES_POOLING = {"pooling": "label_text", "label_text_scorer": "per_label"}
 
 
 def rows_per_label(task: TaskData) -> float | None:
@@ -96,13 +91,6 @@ def default_learning_rate(training_args, tasks: dict[str, TaskData]) -> float | 
     return FEW_EXAMPLES_LEARNING_RATE
 
 
-# The decision threshold of a new asymmetric-loss head that nobody sets and nothing tunes (no validation data). The loss
-# barely counts a negative the model gives 0.5 (its weight is p ** 4), so 0.5 lets through many false positives: on
-# debtags every threshold tuned on validation data came out between 0.67 and 0.77 (bench/labels.py, full and
-# zero-shot runs), and with 8 examples per label 0.7 instead of 0.5 gains 0.1 micro-F1 (docs/label-text.md, "Defaults").
-ASYMMETRIC_UNTUNED_THRESHOLD = 0.7
-
-
 def default_untuned_threshold(settings: dict, thresholds: ThresholdPlan) -> ThresholdPlan:
     """A new asymmetric-loss head whose threshold is neither set nor tuned gets ``ASYMMETRIC_UNTUNED_THRESHOLD``."""
     if settings.get("multi_label_loss") != "asymmetric":
@@ -135,8 +123,10 @@ def default_pooling(settings: dict, task: TaskData, backbone_config) -> None:
         return
     settings.update(chosen)
     logger.info(
-        "Pooling: label_text with the per_label scorer (train.py's default for a single-label run with at most %d "
-        "training rows per label; --pooling mean for mean pooling).",
+        "Pooling: %s with the %s scorer (train.py's default for a single-label run with at most %d training rows per "
+        "label; --pooling mean for mean pooling).",
+        FEW_EXAMPLES_POOLING["pooling"],
+        FEW_EXAMPLES_POOLING["label_text_scorer"],
         FEW_EXAMPLES_PER_LABEL,
     )
 

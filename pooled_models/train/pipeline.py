@@ -22,7 +22,9 @@ from typing import Any
 
 from transformers import TrainerCallback, set_seed
 
+from ..modeling.inputs import values_checked_by_caller
 from .arguments.model import chosen_model_settings
+from .batch_layout import choose_padding_free, collator_for, tokens_per_step
 from .card import card_data, render_model_card
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
 from .console import (
@@ -34,8 +36,8 @@ from .console import (
     print_summary,
     say,
 )
-from .data import TaskData, read_task, tokenize_task
-from .data.multitask import MultiTaskRows, TaskCollator
+from .data import TaskData, check_token_ids, read_task, tokenize_task
+from .data.multitask import MultiTaskRows
 from .evaluation import summary_metrics, task_config, tune_decision_thresholds
 from .model import (
     build_model,
@@ -51,6 +53,7 @@ from .predictions import RESULTS_FILE, example_answers, predictions_file, write_
 from .source import model_source
 from .tasks import MODEL_WIDE_SETTINGS, TaskSpec
 from .trainer import PooledTrainer, callbacks_for, check_training_options
+from .zero_shot_eval import ZeroShotEvaluation, check_zero_shot_model, read_zero_shot_rows
 
 __all__ = ["RunResult", "ModelFactory", "run_tasks"]
 
@@ -97,6 +100,7 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     tasks = {
         spec.name: read_task(spec, roles, source.saved, source.cache_dir, len(specs) == 1) for spec in specs
     }
+    zero_shot_rows = read_zero_shot_rows(data_args, _label_names(tasks), source.cache_dir)
     say(training_args, describe_tasks(tasks))
     plan = make_plan(
         source,
@@ -109,26 +113,29 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     )
     tokenizer = load_tokenizer(plan)
     model = build_model(plan, tasks, tokenizer)
+    if zero_shot_rows is not None:
+        check_zero_shot_model(model.config)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    # One length for the run (max_seq_length is a setting of the run, not of a task), saved with the model.
-    max_length, origin = choose_max_length(data_args.max_seq_length, tokenizer, model, source)
-    record_max_length(model, tokenizer, max_length)
-    with training_args.main_process_first(desc="tokenizing"):
-        for task in tasks.values():
-            tokenize_task(task, tokenizer, max_length, named=not plan.single)
+    max_length, origin = _tokenize(plan, tasks, tokenizer, model, data_args.max_seq_length, training_args)
+    zero_shot = None
+    if zero_shot_rows is not None:
+        zero_shot = ZeroShotEvaluation(zero_shot_rows, tokenizer, next(iter(tasks.values())).max_length)
     _prepare_for_training(plan, model)
+    padding_free, layout = _lay_out_batches(training_args, model, tasks)
     say(
         training_args,
-        [describe_model(model, source.base_model, parameters), describe_length(max_length, origin)],
+        [describe_model(model, source.base_model, parameters), describe_length(max_length, origin), layout],
     )
 
     # Everything is checked: from here on the run writes, into the staging folder only.
     if training_args.should_save:
         staging.create(resuming=checkpoint is not None)
-    trainer = _trainer(plan, model, tokenizer, tasks, callbacks)
+    trainer = _trainer(plan, model, tokenizer, tasks, callbacks, padding_free)
     progress = install_progress(trainer)  # one bar per phase, unless --log_level info
     try:
-        metrics = _train_and_evaluate(plan, trainer, tasks, checkpoint, tokenizer, progress)
+        # Token ids were checked above and labels when read: the model need not read them back at every step.
+        with values_checked_by_caller():
+            metrics = _train_and_evaluate(plan, trainer, tasks, checkpoint, tokenizer, progress, zero_shot)
     except BaseException:
         if trainer.is_world_process_zero():
             report_failure(staging)
@@ -136,7 +143,30 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
-    return _publish(plan, staging, model, tasks, metrics, parameters)
+    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot)
+
+
+def _lay_out_batches(training_args, model, tasks: dict[str, TaskData]) -> tuple[bool, str]:
+    """Padding-free batches or padded ones (batch_layout.py), with the line that says which; every token id checked
+    against the model's vocabulary once, so the model need not read them back at each step."""
+    kinds = {name: task.kind for name, task in tasks.items()}
+    chosen = choose_padding_free(training_args, model, kinds, tokens_per_step(training_args, tasks))
+    for task in tasks.values():
+        check_token_ids(task, model.get_input_embeddings().num_embeddings)
+    return chosen
+
+
+def _tokenize(
+    plan: RunPlan, tasks, tokenizer, model, requested: int | None, training_args
+) -> tuple[int, str]:
+    """Tokenize every task at the run's one length (max_seq_length is a setting of the run, not of a task), saved
+    with the model; returns it and where it comes from."""
+    max_length, origin = choose_max_length(requested, tokenizer, model, plan.source)
+    record_max_length(model, tokenizer, max_length)
+    with training_args.main_process_first(desc="tokenizing"):
+        for task in tasks.values():
+            tokenize_task(task, tokenizer, max_length, named=not plan.single)
+    return max_length, origin
 
 
 def _model_wide(model_args) -> dict[str, Any]:
@@ -173,9 +203,12 @@ def _prepare_for_training(plan: RunPlan, model) -> None:
         check_training_options(model, args)
 
 
-def _trainer(plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callbacks) -> PooledTrainer:
+def _trainer(
+    plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callbacks, padding_free: bool
+) -> PooledTrainer:
     """The Trainer of the run: a dict of each task's rows to evaluate; one task's rows, or every task's, to train."""
     args = plan.trainer_args
+    kinds = {name: task.kind for name, task in tasks.items()}
     training = None
     if "train" in plan.roles:
         rows = {name: task.encoded["train"] for name, task in tasks.items()}
@@ -188,20 +221,24 @@ def _trainer(plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callba
         if "validation" in plan.roles
         else None,
         processing_class=tokenizer,
-        data_collator=TaskCollator(tokenizer, {name: task.kind for name, task in tasks.items()}),
+        data_collator=collator_for(padding_free, tokenizer, kinds, args.pad_to_multiple_of),
         callbacks=callbacks_for(args) + list(callbacks),
         tasks=[task.spec for task in plan.tasks.values()],
         name_tasks=not plan.single,
     )
 
 
-def _train_and_evaluate(plan: RunPlan, trainer, tasks, checkpoint, tokenizer, progress) -> dict[str, float]:
+def _train_and_evaluate(
+    plan: RunPlan, trainer, tasks, checkpoint, tokenizer, progress, zero_shot
+) -> dict[str, float]:
     metrics: dict[str, float] = {}
     args = trainer.args
 
     def phase(name: str):
         return progress.running(name) if progress is not None else nullcontext()
 
+    if zero_shot is not None and args.do_train:
+        zero_shot.score(trainer.model, "before training")
     if args.do_train:
         result = trainer.train(resume_from_checkpoint=checkpoint)
         metrics.update(result.metrics, **_train_rows(plan, tasks))
@@ -222,11 +259,25 @@ def _train_and_evaluate(plan: RunPlan, trainer, tasks, checkpoint, tokenizer, pr
             evaluation = trainer.evaluate()
         log_metrics(trainer, "eval", evaluation)
         metrics.update(evaluation)
+    if zero_shot is not None:
+        zero_shot.score(trainer.model, "trained model")
+        metrics.update(zero_shot.result.metrics())
     if args.do_predict:
         with phase("predict"):
             metrics.update(_predict(plan, trainer, tasks, tokenizer))
     metrics["world_size"] = args.world_size
     return metrics
+
+
+def _label_names(tasks: dict[str, TaskData]) -> list[str]:
+    """The labels of a run of one task (the zero-shot file's labels are compared with them)."""
+    return [str(name) for name in getattr(next(iter(tasks.values())).labels, "names", None) or []]
+
+
+def _shared_scorer(model) -> bool:
+    """Whether the model scores any labels given as text (the summary then shows the zero-shot pipeline)."""
+    config = model.config
+    return getattr(config, "pooling", None) == "label_text" and config.label_text_scorer == "shared"
 
 
 def _train_rows(plan: RunPlan, tasks: dict[str, TaskData]) -> dict[str, int]:
@@ -252,9 +303,10 @@ def _predict(plan: RunPlan, trainer, tasks: dict[str, TaskData], tokenizer) -> d
     return metrics
 
 
-def _publish(plan: RunPlan, staging, model, tasks, metrics, parameters: int) -> RunResult:
+def _publish(plan: RunPlan, staging, model, tasks, metrics, parameters: int, zero_shot) -> RunResult:
     if plan.model_factory is None:  # the card describes a pooling; a factory's model has none
         card = card_data(plan, model, tasks, metrics, pushed=plan.push_to_hub)
+        card.zero_shot = zero_shot.result if zero_shot is not None else None
         render_model_card(card).save(staging.work / "README.md")
     write_results(staging.work, metrics, plan.trainer_args)
     output_dir = staging.publish(keep_checkpoints=plan.trainer_args.keep_checkpoints)
@@ -263,7 +315,7 @@ def _publish(plan: RunPlan, staging, model, tasks, metrics, parameters: int) -> 
     kinds = {name: task.kind for name, task in plan.tasks.items()}
     texts = list(plan.example_texts)
     examples = example_answers(output_dir, texts, kinds, plan.single) if texts else []
-    print_summary(output_dir, metrics, examples, kinds, plan.single)
+    print_summary(output_dir, metrics, examples, kinds, plan.single, zero_shot=_shared_scorer(model))
     return RunResult(output_dir=output_dir, metrics=metrics, examples=examples, parameters=parameters)
 
 

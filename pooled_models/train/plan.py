@@ -28,9 +28,14 @@ from transformers import AutoConfig, PreTrainedConfig, TrainingArguments
 
 from ..errors import UsageError
 from ..modeling.configuration_multitask import SEQUENCE, TOKEN, PooledMultiTaskConfig
-from ..modeling.label_token_layers import ALL_LAYERS, LAYER_STACKS, ONE_WAY, TWO_WAY, supports_top_layers
+from ..modeling.label_token_layers import ALL_LAYERS, LAYER_STACKS, TWO_WAY, supports_top_layers
 from ..modeling.problem_types import MULTI_LABEL
 from ..thresholds import positive_weights
+from .arguments.defaults import (
+    LABEL_TOKEN_ATTENTION_DEFAULT,
+    LABEL_TOKEN_LAYERS_DEFAULT,
+    MULTI_LABEL_DEFAULT_LOSS,
+)
 from .arguments.model import FROM_TRAINING_DATA
 from .evaluation import ThresholdPlan, best_model_metric, plan_thresholds
 from .few_examples import default_epochs, default_learning_rate, default_pooling, default_untuned_threshold
@@ -229,12 +234,6 @@ def _pos_weight(settings: dict, task: TaskData, where: str, saved) -> str | None
     return "computed"
 
 
-# The loss of a multi-label run that asks for none. On the debtags benchmark (bench/multilabel_defaults.py) the
-# asymmetric loss beat BCE by 0.03 micro-F1 and 0.10 macro-F1: most (text, label) pairs are easy negatives, which
-# it stops counting, so the rare positives are not drowned out.
-MULTI_LABEL_DEFAULT_LOSS = "asymmetric"
-
-
 def default_multi_label_loss(settings: dict, problem_type: str) -> None:
     """A new multi-label head that names no loss gets train.py's default (others keep PooledConfig's)."""
     if problem_type == MULTI_LABEL and settings.get("multi_label_loss") is None:
@@ -261,17 +260,6 @@ class _BackboneConfig:
             except (OSError, ValueError) as error:
                 raise UsageError(f"Cannot load the backbone {self.source.path!r}: {error}") from error
         return self._config
-
-
-# The top layers label tokens join when a run does not say. On the benchmarks (bench/label_token_layers.py, 3 seeds)
-# the top 2 layers beat full insertion by 0.074 macro-F1 on fortunes and 0.021 micro-F1 on debtags in 0.65x its
-# training time; full insertion stays PooledConfig's default (what checkpoints without the setting were trained with).
-LABEL_TOKEN_LAYERS_DEFAULT = 2
-
-
-# How text and label tokens attend when a run does not say (bench/recipes.py, 3 seeds; README, "Label tokens against
-# mean pooling"): one-way, where the backbone runs it; PooledConfig keeps "two_way", what older checkpoints ran.
-LABEL_TOKEN_ATTENTION_DEFAULT = ONE_WAY
 
 
 # The label-token settings train.py fills in when a new label-token model leaves them out, on the backbones that run

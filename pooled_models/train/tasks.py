@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..modeling.configuration_multitask import SEQUENCE, TASK_KINDS, TOKEN
+from .arguments.dependencies import SEQUENCE_DATA
 from .arguments.model import parse_pos_weight, pooled_config_fields
 from .options import refuse_removed_options
 
@@ -46,14 +47,8 @@ class TaskSpec:
 TRAINING_SETTINGS = {"loss_weight": 1.0, "head_learning_rate": None, "start_epoch": 0, "freeze_head": False}
 
 
-SEQUENCE_ONLY = (
-    "text_column",
-    "text_pair_column",
-    "label_column",
-    "problem_type",
-    "label_separator",
-    "label_description_column",
-)
+# The data settings of a sequence task (a token task refuses them), and those of a token task.
+SEQUENCE_ONLY = (*SEQUENCE_DATA, "label_description_column")
 
 
 TOKEN_ONLY = ("words_column", "tags_column", "label_all_subtokens")
@@ -118,6 +113,7 @@ def task_specs(data_args, chosen_model_settings: dict[str, Any]) -> list[TaskSpe
         data = dataclasses.replace(data_args, tasks=None)
         if data_args.tags_column is None:
             return [TaskSpec(SINGLE_SEQUENCE_TASK, SEQUENCE, data, dict(chosen_model_settings))]
+        _refuse_sequence_settings(chosen_model_settings)
         return [TaskSpec(SINGLE_TOKEN_TASK, TOKEN, data, _run_model_settings(chosen_model_settings, TOKEN))]
     tasks = data_args.tasks
     if not isinstance(tasks, dict) or not tasks:
@@ -135,6 +131,17 @@ def task_specs(data_args, chosen_model_settings: dict[str, Any]) -> list[TaskSpe
             "Put it under the task it belongs to."
         )
     return [_task_spec(name, settings, data_args, chosen_model_settings) for name, settings in tasks.items()]
+
+
+def _refuse_sequence_settings(chosen_model_settings: dict[str, Any]) -> None:
+    """A token-classification run from flags reads only its head's settings: any other it would drop, so it refuses
+    it (a multi-task run's model flags are defaults for its sequence tasks, which read them)."""
+    dropped = sorted(set(chosen_model_settings) - set(HEAD_SETTINGS))
+    if dropped:
+        raise UsageError(
+            f"{dropped[0]} does not apply to a token-classification run (--tags_column): its head reads "
+            f"{', '.join(HEAD_SETTINGS)} only. Leave {dropped[0]} out."
+        )
 
 
 def _task_spec(name: Any, settings: Any, data_args, chosen_model_settings: dict[str, Any]) -> TaskSpec:

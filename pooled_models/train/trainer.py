@@ -31,7 +31,9 @@ from .data.batching import (
     restore_input_order,
     token_lengths,
 )
+from .data.flat import FlatCollator
 from .data.multitask import TASK_KEY, MultiTaskRows, TaskBatchSampler
+from .data.token_budget import TokenBudgetBatches
 from .evaluation import summary_metrics, task_metrics_function
 from .options import (
     TRAINING_OPTIONS,
@@ -148,6 +150,13 @@ class PooledTrainer(Trainer):
         if is_training and isinstance(dataset, MultiTaskRows):
             self.task_sampler = self._task_sampler(dataset, batch_size)
             return self.accelerator.prepare(rebatched(loader, self.task_sampler))
+        budget = getattr(self.args, "max_tokens_per_batch", None)
+        if is_training and budget is not None and _has_input_ids(dataset):
+            padded = not isinstance(self.data_collator, FlatCollator)  # padded rows cost the batch's longest
+            batches = TokenBudgetBatches(
+                token_lengths(dataset), budget, padded, seed=self.args.data_seed or self.args.seed
+            )
+            return self.accelerator.prepare(rebatched(loader, batches))
         if (
             is_training
             or isinstance(dataset, IterableDataset)

@@ -67,6 +67,7 @@ def test_written_files_are_what_train_py_reads_as_a_token_task(tmp_path):
             "words",
             "--tags_column",
             "tags",
+            "--do_train",
         ]  # fmt: skip
     )
     splits = load_token_splits(data_args, ["train", "validation"])

@@ -1,56 +1,123 @@
-"""bench/gpu.py: on a machine without CUDA it says so in one line and exits 0; its runs are the arms it names; and
-(slow) the plumbing of a run works on the CPU, both sides counting the same tokens (never a figure: no GPU here)."""
+"""bench/gpu.py: on a machine without CUDA it says so in one line and exits 0; its report is rendered from its raw
+records (the stored H200 ones included) with ratios against the group's own Trainers; the token counter reads the
+host side of each batch; and (slow) a dry run on this CPU goes through every kind of run, train.py's padding-free
+one included, as the GPU call would (never a figure)."""
 
+import json
 import subprocess
 import sys
 
 import gpu
+import gpu_report
 import pytest
 import torch
-from corpora.fortunes import FORTUNES_DIR
-from helpers import REPO
+from gpu_arms import counting
+from gpu_prepare import write_minilm, write_rows
+from helpers import REPO, topic_rows
+
+from pooled_models.train.data.flat import FlatCollator
+
+STORED = REPO / "bench" / "results" / "gpu" / "h200"
 
 
-def test_without_cuda_it_says_so_in_one_line_and_exits_0(monkeypatch, capsys):
+def test_without_cuda_it_says_so_in_one_line_and_exits_0(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert gpu.main([]) == 0
+    assert gpu.main(["--prepared", str(tmp_path), "--output", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("bench/gpu.py: no CUDA device on this machine"), out
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow  # a fresh interpreter
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the script would measure")
-def test_the_script_itself_exits_0_on_this_machine():
-    result = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "gpu.py")], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines() == [gpu.no_cuda_message()]
-
-
-def test_the_arms_compare_sdpa_and_flash_attention_packed_and_padded():
-    assert [name for name, *_ in gpu.arms(flash=False)] == [
-        "vanilla, sdpa",
-        "train.py, sdpa",
-        "train.py, sdpa, packed",
+def test_the_script_itself_exits_0_on_this_machine(tmp_path):
+    command = [
+        sys.executable,
+        str(REPO / "bench" / "gpu.py"),
+        "--prepared",
+        str(tmp_path),
+        "--output",
+        str(tmp_path),
     ]
-    with_flash = gpu.arms(flash=True)
-    assert len(with_flash) == 6 and with_flash[0][0] == gpu.BASELINE
-    assert ("train.py, flash_attention_2, packed", "train.py", "flash_attention_2", True) in with_flash
-    assert not any(who == "vanilla" and packed for _, who, _, packed in with_flash)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().startswith("bench/gpu.py: no CUDA device on this machine")
 
 
-@pytest.mark.slow  # three short trainings of MiniLM on the CPU
-@pytest.mark.skipif(not FORTUNES_DIR.is_dir(), reason="Debian's fortunes package is not installed")
-def test_a_run_of_each_side_works_and_counts_the_same_tokens(tmp_path):
-    files = gpu.data_files(tmp_path / "data", per_class=2)
-    vanilla = gpu.run_vanilla(files, tmp_path / "vanilla", 0, "sdpa", False, 8, bf16=False)
-    packed = gpu.run_train_py(files, tmp_path / "packed", 0, "sdpa", True, 8, bf16=False)
-    switched = gpu.run_train_py(files, tmp_path / "eager", 0, "eager", False, 8, bf16=False)
-    assert vanilla[0] > 0 and vanilla[0] == packed[0] == switched[0]  # the same texts, cut at the same length
-    assert all(seconds > 0 for _, seconds, _ in (vanilla, packed, switched))
-    assert (vanilla[2], packed[2], switched[2]) == (
-        "sdpa",
-        "sdpa",
-        "eager",
-    )  # the attention asked for is used
+@pytest.mark.parametrize("name", ["batch16", "batch64"])
+def test_the_stored_reports_are_rendered_from_their_records(name):
+    records = [json.loads(line) for line in (STORED / f"results_{name}.jsonl").read_text().splitlines()]
+    assert (STORED / f"report_{name}.md").read_text() == gpu_report.render(records)
+
+
+def test_a_ratio_is_against_the_trainer_of_the_same_group():
+    run = {"kind": "run", "seconds": 2.0, "peak_bytes": 2**30, "first_step_seconds": 1.0, "mfu": 0.01}
+    records = [
+        {"kind": "environment", "device": "X", "steps": 10},
+        {**run, "group": "a", "arm": "trainer", "tokens_per_second": 100.0, "attention": "sdpa"},
+        {**run, "group": "a", "arm": "trainer, grouped", "tokens_per_second": 200.0, "attention": "sdpa"},
+        {
+            **run,
+            "group": "a",
+            "arm": "train.py, padding-free",
+            "tokens_per_second": 300.0,
+            "attention": "torch_varlen",
+        },
+        {**run, "group": "b", "arm": "trainer", "tokens_per_second": 1000.0, "attention": "sdpa"},
+        {"kind": "run", "group": "b", "arm": "train.py, padded", "error": "not run: deadline"},
+    ]
+    report = gpu_report.render(records)
+    row = next(line for line in report.splitlines() if line.startswith("| train.py, padding-free"))
+    cells = [cell.strip() for cell in row.split("|")]
+    assert cells[4:8] == [
+        "200.0",
+        "300",
+        "3.00x",
+        "1.50x",
+    ]  # ms/step, tokens/s, vs Trainer, vs grouped (group a)
+    assert "| train.py, padded | not run: deadline |" in report
+
+
+def test_the_counter_reads_real_tokens_and_texts_on_the_host():
+    counts, texts = [], []
+    collate = counting(FlatCollator(), counts, texts)
+    collate([{"input_ids": [1, 2, 3], "labels": 0}, {"input_ids": [4, 5], "labels": 1}])
+    assert counts == [5] and texts == [2]
+
+
+@pytest.mark.slow  # tiny backbones of every family through every kind of run, on the CPU
+def test_a_dry_run_goes_through_every_kind_of_run(tmp_path, monkeypatch):
+    prepared = tmp_path / "prepared"
+    (prepared / "data").mkdir(parents=True)
+    rows = [{"text": row["text"], "label": row["label"]} for row in topic_rows(96, seed=0)]
+    for name in ("fortunes", "debtags"):
+        write_rows(prepared / "data" / f"{name}.csv", rows)
+    write_minilm(prepared / "minilm")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    chosen = [
+        gpu.GROUPS.index(group) for group in gpu.GROUPS if group[0] == "bert-base" and group[1] == "fortunes"
+    ]
+    output = tmp_path / "out"
+    assert (
+        gpu.main(
+            ["--prepared", str(prepared), "--output", str(output), "--dry-run", "--groups", *map(str, chosen)]
+        )
+        == 0
+    )
+    records = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
+    runs = {record["arm"]: record for record in records if record["kind"] == "run"}
+    assert set(runs) == {
+        "trainer",
+        "trainer, grouped",
+        "train.py, padded",
+        "train.py, padding-free",
+        "train.py, token budget",
+    }
+    assert all("tokens_per_second" in run for run in runs.values()), [
+        run.get("error") for run in runs.values()
+    ]
+    assert runs["train.py, padding-free"]["attention"] == "torch_varlen"
+    assert runs["train.py, padded"]["attention"] == "sdpa"
+    parity = [record for record in records if record["kind"] == "parity"]
+    assert len(parity) == len(gpu.PARITY) and all(record.get("passed") for record in parity), parity
+    assert (output / "report.md").read_text() == gpu_report.render(records)

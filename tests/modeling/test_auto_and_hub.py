@@ -150,6 +150,75 @@ def test_without_the_package_remote_code_is_never_run_unasked(multi_label_folder
     assert "trust_remote_code=True" in result.stderr
 
 
+# In the scripts below, transformers' question "Do you wish to run the custom code? [y/N]" (resolve_trust_remote_code,
+# which calls input()) ends the script at once, instead of waiting 15 seconds for an answer that never comes.
+NO_QUESTIONS = """
+    import builtins
+    def asked(prompt=""):
+        print("ASKED: " + prompt.strip().splitlines()[-1])
+        raise SystemExit(3)
+    builtins.input = asked
+"""
+
+
+def test_the_tokenizer_of_a_saved_folder_loads_without_a_question_with_the_package(
+    multi_label_folder, monkeypatch
+):
+    folder, _ = multi_label_folder
+    monkeypatch.setattr("builtins.input", lambda *args: pytest.fail(f"transformers asked: {args}"))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert type(tokenizer).__name__ == "BertTokenizer"
+
+
+@pytest.mark.slow  # a fresh interpreter without the package
+def test_without_the_package_the_tokenizer_alone_loads_without_a_question_or_code(
+    multi_label_folder, minilm_tokenizer, tmp_path
+):
+    """The folder's tokenizer is a built-in one (its tokenizer_config.json names BertTokenizer): with
+    trust_remote_code=False, AutoTokenizer loads it, no code read, no question asked (docs/models.md)."""
+    folder, _ = multi_label_folder
+    script = (
+        NO_QUESTIONS
+        + f"""
+    import json, sys
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained({str(folder)!r}, trust_remote_code=False)
+    print(json.dumps({{"class": type(tokenizer).__name__, "ids": tokenizer({TEXTS!r})["input_ids"],
+                      "code": sorted(name for name in sys.modules if name.startswith("transformers_modules"))}}))
+    """
+    )
+    result = run_without_package(script, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report == {"class": "BertTokenizer", "ids": minilm_tokenizer(TEXTS)["input_ids"], "code": []}
+
+
+@pytest.mark.slow  # a fresh interpreter without the package
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="transformers 5.16-5.24: AutoTokenizer.from_pretrained loads the folder's config with AutoConfig before "
+    "it reads tokenizer_config.json (models/auto/tokenization_auto.py), with the caller's trust_remote_code (None), "
+    "and AutoConfig asks whenever config.json's auto_map names a config class for a model type transformers does not "
+    "know (models/auto/configuration_auto.py, dynamic_module_utils.resolve_trust_remote_code). That auto_map entry "
+    "is what every trust_remote_code load needs (auto_factory.py loads the config through AutoConfig too), so no file "
+    "of the folder can tell the two calls apart. Passing trust_remote_code=False, or importing pooled_models first, "
+    "loads the tokenizer without the question (the tests above). Issue 42, item 4.",
+)
+def test_without_the_package_a_plain_autotokenizer_call_asks_no_question(multi_label_folder, tmp_path):
+    folder, _ = multi_label_folder
+    script = (
+        NO_QUESTIONS
+        + f"""
+    from transformers import AutoTokenizer
+    print(type(AutoTokenizer.from_pretrained({str(folder)!r})).__name__)
+    """
+    )
+    result = run_without_package(script, tmp_path)
+    assert "ASKED" not in result.stdout, result.stdout
+    assert result.returncode == 0 and result.stdout.split()[-1] == "BertTokenizer"
+
+
 @pytest.fixture
 def fake_hub(monkeypatch, tmp_path):
     return use_fake_hub(monkeypatch, tmp_path / "uploaded")

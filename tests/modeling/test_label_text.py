@@ -187,6 +187,17 @@ def test_the_encoder_gives_one_vector_per_label():
     assert out.pooler_output.shape == (2, len(LABEL_IDS), 32)
 
 
+def test_marker_vectors_on_a_causal_decoder_are_all_alike_and_mean_ones_are_not():
+    # docs/label-text.md: the marker comes first in its segment, and a causal decoder's first token attends to itself.
+    batch = random_batch([4, 6])
+    with torch.no_grad():
+        marker = text_model("llama", layers=0, model_class=PooledModel, label_text_pooling="marker")(**batch)
+        mean = text_model("llama", layers=0, model_class=PooledModel, label_text_pooling="mean")(**batch)
+    labels = marker.pooler_output[0]
+    torch.testing.assert_close(labels, labels[:1].expand_as(labels))
+    assert (mean.pooler_output[0] - mean.pooler_output[0, :1]).abs().amax() > 1e-3
+
+
 # -- settings, checks and refusals ------------------------------------------------------------------------
 
 

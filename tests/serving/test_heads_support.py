@@ -82,10 +82,19 @@ def test_a_single_task_model_needs_no_override():
 
 
 def test_a_task_that_cannot_be_served_exactly_is_refused_naming_the_task():
-    team = {**MULTITASK_TASKS["team"], "pooling": "label_text"}
+    team = {**MULTITASK_TASKS["team"], "pooling": "label_text", "label_text_layers": 1}
     tasks = {"team": team, "entities": MULTITASK_TASKS["entities"]}
     message = refusal(multitask_config("bert", served="team", tasks=tasks), MULTITASK)
     assert message is not None and message.startswith("PooledForMultiTask task 'team': ")
-    assert "label poolings from standalone checkpoints only" in message and "export_head('team'" in message
-    # The token task of the same checkpoint has no label pooling: served.
+    assert "label_text_layers=1" in message and "new_common_attn_metadata.causal = False" in message
+    # The token task of the same checkpoint: served.
     assert refusal(multitask_config("bert", served="entities", tasks=tasks), MULTITASK) is None
+
+
+@pytest.mark.parametrize("pooling", ["label_text", "label_tokens"])
+def test_a_label_pooling_task_is_served_as_its_standalone_checkpoint_would_be(pooling):
+    team = {**MULTITASK_TASKS["team"], "pooling": pooling}
+    if pooling == "label_tokens":
+        team["label_token_init"] = "random"
+    tasks = {"team": team, "entities": MULTITASK_TASKS["entities"]}
+    assert refusal(multitask_config("bert", served="team", tasks=tasks), MULTITASK) is None

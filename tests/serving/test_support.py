@@ -92,7 +92,6 @@ def test_label_tokens_with_full_insertion_in_one_pass_are_served(settings):
         ({"label_token_attention": "one_way"}, "new_common_attn_metadata.causal = False"),
         ({"label_token_layers": 1}, "two sequences of different lengths for one request"),
         ({"label_tokens_per_pass": 2}, "one prompt per request"),
-        ({"label_token_position": 0}, "label_token_position=1"),
     ],
 )
 def test_other_label_token_settings_are_refused_with_the_reason_and_what_to_train(settings, said):
@@ -100,28 +99,39 @@ def test_other_label_token_settings_are_refused_with_the_reason_and_what_to_trai
     assert_refused(message, "pooling='label_tokens'", said, "label_text_layers=0")
 
 
-def test_label_tokens_on_a_decoder_or_an_embedder_are_refused():
-    assert_refused(refusal(label_tokens("llama"), CLASSIFIER), "'llama' backbone")
+# Every backbone the plugin serves (vLLM's encoders and decoders, the transformers route: DeBERTa's relative
+# positions, a BERT with relative positions), label_token_position where a tokenizer's template puts label tokens
+# (the serving tokenizer checks it against the tokenizer); served equal to transformers in
+# tests/serving_vllm/test_label_backbones.py.
+LABEL_BACKBONES = ["bert", "modernbert", "llama", "gpt2", "distilbert", "deberta-v2", "relative_key"]
+
+
+def backbone_config_of(backbone: str):
+    if backbone != "relative_key":
+        return tiny_backbone_config(backbone)
+    relative = tiny_backbone_config("bert")  # a BERT that runs through the transformers route
+    relative.position_embedding_type = "relative_key"
+    return relative
+
+
+@pytest.mark.parametrize("backbone", LABEL_BACKBONES)
+def test_label_poolings_are_served_on_every_backbone(backbone):
+    labels = {"id2label": {0: "joy", 1: "anger"}}
+    text = PooledConfig(backbone_config=backbone_config_of(backbone), pooling="label_text", **labels)
+    assert refusal(text, CLASSIFIER) is None
+    for position in (0, 1, -1):
+        tokens = PooledConfig(
+            backbone_config=backbone_config_of(backbone),
+            pooling="label_tokens",
+            label_token_init="random",
+            label_token_position=position,
+            num_labels=3,
+        )
+        assert refusal(tokens, CLASSIFIER) is None
+
+
+def test_a_label_token_embedder_is_refused():
     assert_refused(refusal(label_tokens(), "PooledModel"), "one vector per label token")
-
-
-@pytest.mark.parametrize("backbone", ["distilbert", "modernbert", "relative_key"])
-def test_label_poolings_where_the_plugin_gives_no_input_embeddings_are_refused(backbone):
-    # The label marker's vector goes to the backbone as an input embedding: wired and checked on vLLM's BERT family
-    # and Llama only; elsewhere (the transformers route, vLLM's other models) it is refused, never run differently.
-    if backbone == "relative_key":  # a BERT that runs through the transformers route
-        backbone_config = tiny_backbone_config("bert")
-        backbone_config.position_embedding_type = "relative_key"
-    else:
-        backbone_config = tiny_backbone_config(backbone)
-    labels = {"id2label": {0: "joy", 1: "anger"}}
-    text = PooledConfig(backbone_config=backbone_config, pooling="label_text", **labels)
-    assert_refused(refusal(text, CLASSIFIER), "pooling='label_text'", "the label marker's vector")
-
-
-def test_label_text_on_llama_is_served():
-    labels = {"id2label": {0: "joy", 1: "anger"}}
-    assert refusal(config("label_text", "llama", **labels), CLASSIFIER) is None
 
 
 def test_a_label_text_embedder_is_refused():

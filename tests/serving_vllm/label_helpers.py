@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from transformers import pipeline
 
+from pooled_models.modeling.label_text_inputs import label_text_token_ids, label_texts
 from pooled_models.serving.zero_shot import PLUGIN_NAME
 
 # Labels none of the test checkpoints was built with (the open label set).
@@ -44,6 +45,16 @@ def ensure_zero_shot_entry_point(folder: Path) -> dict[str, str]:
     importlib.invalidate_caches()
     _made_in = folder
     return {"PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(folder)]))}
+
+
+def own_label_text_ids(
+    tokenizer, labels: dict[int, str], descriptions: dict[str, str] | None
+) -> list[list[int]]:
+    """A label-text model's own labels as their words (its label_text_ids, as from_backbone and train.py read them
+    with the tokenizer): a model saved without them reads every label as its bare marker, all alike."""
+    return label_text_token_ids(
+        label_texts([labels[index] for index in sorted(labels)], descriptions), tokenizer
+    )
 
 
 def zero_shot_pipeline_answer(folder: Path, texts, labels, multi_label: bool) -> list[dict]:

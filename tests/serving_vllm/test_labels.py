@@ -13,6 +13,7 @@ from label_helpers import (
     ZERO_SHOT_TEXTS,
     assert_same_answer,
     ensure_zero_shot_entry_point,
+    own_label_text_ids,
     zero_shot_pipeline_answer,
 )
 from transformers import AutoTokenizer
@@ -22,7 +23,7 @@ from pooled_models.serving.label_tokens import write_serving_tokenizer
 from pooled_models.serving.zero_shot import MAX_CANDIDATE_LABELS, PLUGIN_NAME
 
 # train.py's few-example default (per_label, a description for one label, single-label), and the scorer that reads any
-# label (shared), with marker vectors, multi-label; and on a decoder.
+# label (shared), with marker vectors, multi-label; on vLLM's BERT (the other families: test_label_backbones.py).
 CHECKPOINTS = {
     "per_label": {
         "label_text_scorer": "per_label",
@@ -33,10 +34,6 @@ CHECKPOINTS = {
         "label_text_pooling": "marker",
         "problem_type": "multi_label_classification",
     },
-    "llama-shared": {
-        "backbone": "llama",
-        "label_text_scorer": "shared",
-    },  # a decoder: the labels' prompts too
 }
 
 
@@ -45,11 +42,10 @@ def served(request, minilm_path, tmp_path_factory):
     """(checkpoint folder, its settings, vLLM's LLM on it with the zero-shot plugin)."""
     ensure_zero_shot_entry_point(tmp_path_factory.mktemp("entry_point"))
     settings = CHECKPOINTS[request.param]
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    ids = own_label_text_ids(tokenizer, LABELS, settings.get("label_descriptions"))
     folder = save_checkpoint(
-        tmp_path_factory.mktemp(request.param),
-        AutoTokenizer.from_pretrained(minilm_path),
-        "label_text",
-        **settings,
+        tmp_path_factory.mktemp(request.param), tokenizer, "label_text", label_text_ids=ids, **settings
     )
     with offline_engine(folder, io_processor_plugin=PLUGIN_NAME) as llm:
         yield folder, settings, llm
@@ -63,6 +59,7 @@ def zero_shot(llm, **data) -> list[dict]:
 def test_classify_equals_transformers(served):
     folder, settings, llm = served
     logits = transformers_logits(folder)
+    assert logits.std(dim=-1).min() > 1e-3  # the labels' words tell them apart
     torch.testing.assert_close(classify(llm, use_activation=False), logits, atol=TOLERANCE, rtol=0)
     multi_label = settings.get("problem_type") == "multi_label_classification"
     expected = logits.sigmoid() if multi_label else logits.softmax(-1)

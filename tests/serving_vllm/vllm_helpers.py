@@ -65,13 +65,13 @@ def save_checkpoint(
     )
     torch.manual_seed(0)
     model = model_class(config).eval()
-    _move_parameters(model)
+    move_parameters(model)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
 
-def _move_parameters(model) -> None:
+def move_parameters(model) -> None:
     """Random, not initial, values for the parameters that start at a constant (layer weights at zero, GeM's p, the
     biases): a pooler that ignored them would then give other scores."""
     generator = torch.Generator().manual_seed(1)

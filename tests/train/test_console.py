@@ -11,7 +11,14 @@ import torch
 import transformers
 
 from pooled_models.train.arguments import parse_arguments, uses_an_accelerator
-from pooled_models.train.console import RunProgress, epoch_metrics, quiet_libraries, set_up_logging
+from pooled_models.train.console import (
+    RunProgress,
+    describe_head,
+    epoch_metrics,
+    print_summary,
+    quiet_libraries,
+    set_up_logging,
+)
 
 
 def state(**values):
@@ -99,3 +106,74 @@ def test_pin_memory_follows_the_device_the_run_computes_on_unless_asked_for(tmp_
     assert on_cpu.dataloader_pin_memory is False
     _, _, asked = parse_arguments(["--output_dir", str(tmp_path / "b"), "--dataloader_pin_memory", "true"])
     assert asked.dataloader_pin_memory is True
+
+
+QUIET_ARGS = SimpleNamespace(disable_tqdm=True, eval_strategy="no")
+
+
+def test_without_bars_training_prints_a_line_per_logged_loss_and_per_epoch_and_each_final_phase(capsys):
+    """Issue 42: --disable_tqdm left nothing on screen for a 20-minute epoch."""
+    progress = RunProgress()
+    progress.on_train_begin(QUIET_ARGS, state(), None)
+    progress.on_log(QUIET_ARGS, state(global_step=1, epoch=0.5), None, logs={"loss": 0.75})
+    progress.on_epoch_end(QUIET_ARGS, state(global_step=2, epoch=1.0), None)
+    progress.on_train_end(QUIET_ARGS, state(), None)
+    with progress.running("predict"):
+        for _ in range(3):
+            progress.on_prediction_step(QUIET_ARGS, state(), None, eval_dataloader=[0] * 3)
+        progress.on_predict(QUIET_ARGS, state(), None)  # Trainer's call at the end of predict: the bar closes
+    assert capsys.readouterr().out.splitlines() == [
+        "step 1 of 4: loss 0.75",
+        "epoch 1: step 2 of 4",
+        "predict: done, 3 batches",
+    ]
+    # Evaluating every epoch, the evaluation's line is the epoch's; with bars, the bar is.
+    evaluating = SimpleNamespace(disable_tqdm=True, eval_strategy="epoch")
+    progress.on_train_begin(evaluating, state(), None)
+    progress.on_epoch_end(evaluating, state(global_step=2, epoch=1.0), None)
+    progress.on_log(evaluating, state(epoch=1.0), None, logs={"eval_accuracy": 0.5})
+    progress.on_train_end(evaluating, state(), None)
+    assert capsys.readouterr().out.splitlines() == ["epoch 1: eval_accuracy 0.5"]
+    progress.on_train_begin(ARGS, state(), None)
+    progress.on_epoch_end(SimpleNamespace(disable_tqdm=False, eval_strategy="no"), state(epoch=1.0), None)
+    progress.on_train_end(ARGS, state(), None)
+    assert "epoch 1" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "epoch, rows, said",
+    [
+        (1.0, 1, "Trained 1 epoch on 1 row in 3 s"),
+        (4.0, 400, "Trained 4 epochs on 400 rows in 3 s"),
+        (0.153846, 26, "Trained 0.15 epochs on 26 rows in 3 s"),
+        (2.999, 26, "Trained 3 epochs on 26 rows in 3 s"),
+    ],
+)
+def test_the_summary_says_epochs_and_rows_as_people_do(epoch, rows, said, tmp_path, capsys):
+    metrics = {"epoch": epoch, "train_rows": rows, "train_runtime": 3.0, "train_loss": 0.5}
+    print_summary(tmp_path, metrics, [], {"sequence": "sequence"}, single=True)
+    assert said in capsys.readouterr().out
+
+
+def test_a_label_text_model_is_described_by_its_scorer_not_as_a_linear_head():
+    from transformers import BertConfig
+
+    from pooled_models import PooledConfig
+
+    backbone = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37)
+    shared = PooledConfig(backbone_config=backbone, pooling="label_text", id2label={0: "a", 1: "b"})
+    assert describe_head(shared) == (
+        "label_text pooling, shared scorer (the scaled cosine of the text and each label, any labels)"
+    )
+    per_label = PooledConfig(
+        backbone_config=backbone,
+        pooling="label_text",
+        label_text_scorer="per_label",
+        id2label={0: "a", 1: "b"},
+    )
+    assert describe_head(per_label).startswith("label_text pooling, per_label scorer (")
+    assert (
+        describe_head(PooledConfig(backbone_config=backbone, pooling="mean")) == "mean pooling, linear head"
+    )
+    tokens = PooledConfig(backbone_config=backbone, pooling="label_tokens", id2label={0: "a", 1: "b"})
+    assert describe_head(tokens) == "label_tokens pooling, linear head on each label token"

@@ -63,3 +63,65 @@ def test_an_unknown_argument_points_to_the_help_of_the_command_the_user_ran_and_
     with pytest.raises(SystemExit) as finished:  # the advice: the command with --help
         main(advice.removeprefix("Run ").removesuffix(" for the list.").split()[-1:])
     assert finished.value.code == 0 and "--learning_rate" in capsys.readouterr().out
+
+
+def test_the_help_states_the_few_examples_default_the_code_applies():
+    """Issue 42: --help for --pooling said label text applies at "at most 64 rows per label"; the code used 32."""
+    from pooled_models.train.few_examples import FEW_EXAMPLES_PER_LABEL, FEW_EXAMPLES_POOLING
+
+    helps = {action.dest: " ".join((action.help or "").split()) for action in _parser()._actions}
+    threshold = f"at most {FEW_EXAMPLES_PER_LABEL} rows per label"
+    assert threshold in helps["pooling"] and threshold in helps["learning_rate"]
+    assert threshold in helps["num_train_epochs"]
+    scorer = f"{FEW_EXAMPLES_POOLING['pooling']} ({FEW_EXAMPLES_POOLING['label_text_scorer']} scorer)"
+    assert scorer in helps["pooling"]
+
+
+def test_the_help_states_train_pys_other_defaults_from_the_constants_the_code_applies():
+    from pooled_models.train.arguments.defaults import (
+        ASYMMETRIC_UNTUNED_THRESHOLD,
+        LABEL_TOKEN_LAYERS_DEFAULT,
+        MULTI_LABEL_DEFAULT_LOSS,
+    )
+
+    helps = {action.dest: " ".join((action.help or "").split()) for action in _parser()._actions}
+    assert f"train.py's default: {LABEL_TOKEN_LAYERS_DEFAULT} where" in helps["label_token_layers"]
+    assert f"train.py's default: {MULTI_LABEL_DEFAULT_LOSS!r}" in helps["multi_label_loss"]
+    assert f"with {ASYMMETRIC_UNTUNED_THRESHOLD} for a new asymmetric-loss head" in helps["tune_thresholds"]
+
+
+def test_a_parts_setting_states_the_default_its_part_fills_in():
+    """Where a pooling's, a head's or a loss's setting says "Defaults to X", X is the registered part's default."""
+    from pooled_models.train.arguments.defaults import defaults_to, part_default
+
+    helps = {action.dest: " ".join((action.help or "").split()) for action in _parser()._actions}
+    checked = []
+    for item in pooled_config_fields():
+        try:
+            part_default(item.name)
+        except KeyError:
+            continue  # no constant default (the backbone's size, or none)
+        if "Defaults to" not in helps[item.name]:
+            continue  # a setting whose help gives train.py's own default (label_token_layers)
+        assert helps[item.name].count("Defaults to") == 1, item.name
+        assert helps[item.name].endswith(defaults_to(item.name)), item.name
+        checked.append(item.name)
+    assert {"gem_p", "focal_gamma", "asymmetric_clip", "label_text_scorer", "classifier_activation"} <= set(
+        checked
+    )
+
+
+def test_a_misspelled_flag_gets_a_suggestion_as_a_misspelled_config_key_does():
+    """Issue 42: a misspelled YAML key got "did you mean", the same misspelled flag only "Unknown arguments"."""
+    from pooled_models.errors import UsageError
+    from pooled_models.train.arguments import parse_arguments
+
+    with pytest.raises(UsageError) as error:
+        parse_arguments(
+            ["--output_dir", "o", "--do_train", "--valdation_file", "v.csv", "--lerning_rate=1e-4"]
+        )
+    message = str(error.value)
+    assert "--valdation_file (did you mean --validation_file" in message
+    assert "--lerning_rate=1e-4 (did you mean --learning_rate" in message
+    with pytest.raises(UsageError, match=r"Unknown arguments: --zzzz\. Run"):  # nothing close: no suggestion
+        parse_arguments(["--output_dir", "o", "--zzzz"])

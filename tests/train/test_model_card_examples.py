@@ -16,6 +16,7 @@ TEMPLATE_OF = {
     "multi_label": DEFAULT_TEMPLATE,
     "token": TASK_TEMPLATE,
     "multitask": TASK_TEMPLATE,
+    "zero_shot": DEFAULT_TEMPLATE,
 }
 JINJA = re.compile(r"\{[{%#]")
 
@@ -69,3 +70,4 @@ def test_the_examples_cover_single_label_multi_label_token_and_multitask_runs():
     assert "## Multi-label decisions" in cards["multi_label"]
     assert "| token |" in cards["token"] and "| sequence |" not in cards["token"]
     assert "| token |" in cards["multitask"] and "| sequence |" in cards["multitask"]
+    assert "## Zero-shot evaluation" in cards["zero_shot"] and "| before training |" in cards["zero_shot"]

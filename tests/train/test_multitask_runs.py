@@ -11,6 +11,7 @@ import yaml
 from helpers import (
     FAST,
     entity_rows,
+    fast_flags,
     leftovers,
     multi_label_rows,
     random_batch,
@@ -68,7 +69,9 @@ def run_config(config: dict, tmp_path, backbone: str, *flags: str, callbacks=())
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     output_dir = tmp_path / "out"
-    argv = [str(path), "--model_name_or_path", backbone, "--output_dir", str(output_dir), *FAST, *flags]
+    trains = bool(config.get("do_train")) or "--do_train" in flags
+    argv = [str(path), "--model_name_or_path", backbone, "--output_dir", str(output_dir), *fast_flags(trains)]
+    argv += flags
     return run(argv, callbacks=callbacks)
 
 
@@ -98,6 +101,16 @@ def multitask_config(tmp_path, **task_settings):
     for name, settings in task_settings.items():
         tasks[name].update(settings)
     return {"do_train": True, "do_eval": True, "do_predict": True, "tasks": tasks}
+
+
+def training_only(config: dict) -> dict:
+    """``config`` for a run that only trains: without the phases and the files it would not read (train.py refuses a
+    validation or test file that the run would not read)."""
+    tasks = {
+        name: {key: value for key, value in settings.items() if key not in ("validation_file", "test_file")}
+        for name, settings in config["tasks"].items()
+    }
+    return {**config, "do_eval": False, "do_predict": False, "tasks": tasks}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -368,7 +381,7 @@ def test_a_curriculum_trains_the_first_task_alone_first(tiny_backbone_path, tmp_
     config = multitask_config(
         tmp_path, topic={"start_epoch": 1}, tags={"start_epoch": 2}, length={"start_epoch": 2}
     )
-    config.update(do_eval=False, do_predict=False, task_sampling="round_robin")
+    config = {**training_only(config), "task_sampling": "round_robin"}
     run_config(config, tmp_path, tiny_backbone_path, "--num_train_epochs", "3")
     by_epoch = {epoch: {task for e, task in seen if e == epoch} for epoch in range(3)}
     assert by_epoch == {0: {"places"}, 1: {"places", "topic"}, 2: {"places", "topic", "tags", "length"}}
@@ -407,7 +420,7 @@ def test_a_tasks_loss_weight_scales_its_training_loss_only(tiny_backbone_path, t
 
 def test_a_resumed_multitask_run_ends_with_the_weights_of_an_uninterrupted_one(tiny_backbone_path, tmp_path):
     config = multitask_config(tmp_path, topic={"start_epoch": 1})
-    config.update(do_eval=False, do_predict=False, task_sampling="temperature", save_strategy="epoch")
+    config = {**training_only(config), "task_sampling": "temperature", "save_strategy": "epoch"}
     reference = run_config(
         config, tmp_path / "a", tiny_backbone_path, "--num_train_epochs", "2", "--keep_checkpoints"
     )

@@ -32,6 +32,8 @@ LAYERS = [
         "output_dir",
         "checkpoints",
         "demo",
+        "batch_layout",
+        "zero_shot_eval",
     },
     {"arguments", "tasks", "options", "__init__"},
 ]

@@ -577,7 +577,7 @@ def test_fast_settings_are_valid_flags():
     # FAST is shared by these tests; a typo there would silently test something else.
     from pooled_models.train.arguments import parse_arguments
 
-    _, _, training_args = parse_arguments(["--output_dir", "x", *FAST])
+    _, _, training_args = parse_arguments(["--output_dir", "x", "--do_train", *FAST])
     assert training_args.learning_rate == 1e-3 and training_args.num_train_epochs == 3
 
 
@@ -904,16 +904,34 @@ def test_impossible_threshold_and_pos_weight_settings_are_usage_errors(
 ):
     rows = multi_label_rows(20) if data == "multi" else topic_rows(20)
     path = write_rows(tmp_path / "data.jsonl", rows)
+    # A validation file turns --do_eval on: the cases without it have none.
+    validation = ["--validation_file", str(path)] if "--do_eval" in flags else []
     with pytest.raises(UsageError) as error:
         train(
-            tiny_backbone_path,
-            tmp_path / "out",
-            "--train_file",
-            str(path),
-            "--validation_file",
-            str(path),
-            "--do_train",
-            *flags,
+            tiny_backbone_path, tmp_path / "out", "--train_file", str(path), *validation, "--do_train", *flags
         )
     assert message in str(error.value)
     assert leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.slow  # a whole (tiny) run
+def test_a_run_given_a_validation_file_without_do_eval_evaluates_on_it(tiny_backbone_path, tmp_path, caplog):
+    """Issue 42: --validation_file without --do_eval was dropped: no evaluation, no warning."""
+    train_file = write_rows(tmp_path / "train.jsonl", topic_rows(24))
+    validation = write_rows(tmp_path / "validation.jsonl", topic_rows(12, seed=1))
+    with caplog.at_level("INFO", logger="pooled_models"):
+        result = train(
+            tiny_backbone_path,
+            tmp_path / "out",
+            "--train_file",
+            str(train_file),
+            "--validation_file",
+            str(validation),
+            "--do_train",
+            "--pooling",
+            "mean",
+        )
+    assert {"eval_accuracy", "eval_f1_macro"} <= set(result.metrics)
+    assert "validation_file is given, so the run evaluates on it (--do_eval is implied)." in caplog.text
+    card = (result.output_dir / "README.md").read_text()
+    assert "| validation |" in card

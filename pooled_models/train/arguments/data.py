@@ -40,6 +40,16 @@ class DataArguments:
         default=None,
         metadata={"help": "Same formats as train_file; its label column is optional (prediction only)."},
     )
+    zero_shot_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Zero-shot evaluation of a label_text model with label_text_scorer shared: a file (same formats "
+            "as train_file, its text_column and label_column) whose labels need not be the model's. Each row is "
+            "scored against every label of the file, by the trained model and by the model before training (for a "
+            "new model, the backbone's cosine similarity), and both accuracies and macro-F1s are reported and put "
+            "in the model card."
+        },
+    )
     text_column: str = field(default="text", metadata={"help": "The column holding the text."})
     text_pair_column: str | None = field(
         default=None, metadata={"help": "A second text column, for sentence-pair tasks (encoded as a pair)."}

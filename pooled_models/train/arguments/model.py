@@ -15,6 +15,14 @@ from ...errors import UsageError
 from ...modeling.configuration_pooled import PooledConfig
 from ...modeling.registry import POOLINGS
 from ..options import REMOVED_OPTIONS
+from .defaults import (
+    FEW_EXAMPLES_PER_LABEL,
+    FEW_EXAMPLES_POOLING,
+    LABEL_TOKEN_ATTENTION_DEFAULT,
+    LABEL_TOKEN_LAYERS_DEFAULT,
+    MULTI_LABEL_DEFAULT_LOSS,
+    defaults_to,
+)
 
 __all__ = [
     "JSONValue",
@@ -83,8 +91,9 @@ class ModelArguments:
         None,
         "Name of a registered pooling strategy, e.g. cls, last_token, mean, max, min, mean_max, cls_mean_max, "
         "mean_sqrt_len, weighted_mean, gem, attention, concat_layers, weighted_layer, lstm, label_tokens, label_text. "
-        "train.py's default: label_text (per_label scorer) for a new single-label model trained on at most 64 rows "
-        "per label of labels named in words, else mean (measured: docs/label-text.md, Defaults).",
+        f"train.py's default: {FEW_EXAMPLES_POOLING['pooling']} ({FEW_EXAMPLES_POOLING['label_text_scorer']} scorer) "
+        f"for a new single-label model trained on at most {FEW_EXAMPLES_PER_LABEL} rows per label of labels named in "
+        "words, else mean (measured: docs/label-text.md, Defaults).",
         choices=PoolingChoices(),
     )
     layer_start: int | None = _setting(
@@ -103,13 +112,13 @@ class ModelArguments:
     attention_heads: int | None = _setting(
         None,
         "attention only (also as layer_token_pooling). Number of learned attention queries; their pooled vectors are "
-        "concatenated. Defaults to 1.",
+        f"concatenated. {defaults_to('attention_heads')}",
     )
     attention_hidden_size: int | None = _setting(
         None, "attention only. Width of the tanh layer that scores the tokens. Defaults to the hidden size."
     )
     gem_p: float | None = _setting(
-        None, "gem only. Initial value of the learnable exponent. Defaults to 3.0."
+        None, f"gem only. Initial value of the learnable exponent. {defaults_to('gem_p')}"
     )
     label_token_init: str | None = _setting(
         None,
@@ -131,14 +140,15 @@ class ModelArguments:
         None,
         "label_tokens only. How many of the backbone's top layers the label tokens join: 'all' (from the input), or "
         "an integer k, so that the text runs alone through the lower layers and the label tokens join the top k. "
-        "train.py's default: 2 where the backbone supports it (measured against 'all' on both benchmarks; "
-        "docs/training.md, Defaults), 'all' elsewhere.",
+        f"train.py's default: {LABEL_TOKEN_LAYERS_DEFAULT} where the backbone supports it (measured against 'all' on "
+        "both benchmarks; docs/training.md, Defaults), 'all' elsewhere.",
     )
     label_token_attention: str | None = _setting(
         None,
         "label_tokens only. two_way: text and label tokens attend to each other; one_way: the label tokens attend to "
-        "the text, the text not to them. train.py's default: 'one_way' where the backbone supports it (measured "
-        "against 'two_way' on both benchmarks; docs/training.md, Defaults), 'two_way' elsewhere.",
+        f"the text, the text not to them. train.py's default: {LABEL_TOKEN_ATTENTION_DEFAULT!r} where the backbone "
+        "supports it (measured against 'two_way' on both benchmarks; docs/training.md, Defaults), 'two_way' "
+        "elsewhere.",
     )
     label_descriptions: JSONValue | None = _setting(
         None,
@@ -159,17 +169,17 @@ class ModelArguments:
         None,
         "label_text only. shared: one scorer for every label (the scaled cosine similarity of the text's vector and "
         "the label's), so that labels given as text at call time are scored too; per_label: that similarity plus "
-        "each label's own linear term, for the model's own labels. Defaults to shared.",
+        f"each label's own linear term, for the model's own labels. {defaults_to('label_text_scorer')}",
     )
     label_text_pooling: str | None = _setting(
         None,
         "label_text only. A label's vector: mean over its segment's final states, or its marker token's final "
-        "state. Defaults to mean.",
+        f"state. {defaults_to('label_text_pooling')}",
     )
     label_text_layers: JSONValue | None = _setting(
         None,
         "label_text only. In how many of the backbone's top layers the labels also attend to the text: 0 (never; "
-        "any backbone), an integer k, or 'all'. Defaults to 0.",
+        f"any backbone), an integer k, or 'all'. {defaults_to('label_text_layers')}",
     )
     classifier_head: str = _setting(
         "linear",
@@ -187,7 +197,7 @@ class ModelArguments:
     classifier_activation: str | None = _setting(
         None,
         "dense head only. Activation after the dense layer, any name of transformers.activations.ACT2FN (tanh, gelu, "
-        "silu, relu, ...). Defaults to tanh.",
+        f"silu, relu, ...). {defaults_to('classifier_activation')}",
     )
     position_ids_from_mask: bool = _setting(
         True,
@@ -203,20 +213,22 @@ class ModelArguments:
     multi_label_loss: str | None = _setting(
         None,
         "Multi-label only. bce (binary cross-entropy), focal (Lin et al. 2017) or asymmetric (Ridnik et al. 2021). "
-        "train.py's default: 'asymmetric' for a multi-label run (measured on the debtags benchmark; "
+        f"train.py's default: {MULTI_LABEL_DEFAULT_LOSS!r} for a multi-label run (measured on the debtags benchmark; "
         "docs/training.md, Defaults), left unset otherwise.",
     )
     focal_gamma: float | None = _setting(
-        None, "focal only. Focusing exponent: easy examples count (1 - p_t)^gamma. Defaults to 2.0."
+        None,
+        f"focal only. Focusing exponent: easy examples count (1 - p_t)^gamma. {defaults_to('focal_gamma')}",
     )
     asymmetric_gamma_neg: float | None = _setting(
-        None, "asymmetric only. Focusing exponent of the negatives. Defaults to 4.0."
+        None, f"asymmetric only. Focusing exponent of the negatives. {defaults_to('asymmetric_gamma_neg')}"
     )
     asymmetric_gamma_pos: float | None = _setting(
-        None, "asymmetric only. Focusing exponent of the positives. Defaults to 0.0."
+        None, f"asymmetric only. Focusing exponent of the positives. {defaults_to('asymmetric_gamma_pos')}"
     )
     asymmetric_clip: float | None = _setting(
-        None, "asymmetric only. Negatives with a probability below it add no loss. Defaults to 0.05."
+        None,
+        f"asymmetric only. Negatives with a probability below it add no loss. {defaults_to('asymmetric_clip')}",
     )
     pos_weight: list[str] | None = _setting(
         None,

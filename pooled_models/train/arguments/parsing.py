@@ -14,6 +14,7 @@ from transformers import HfArgumentParser
 from ...errors import UsageError, program_name
 from ..options import refuse_removed_options
 from .data import DataArguments
+from .dependencies import check_dependencies, given_on_command_line, implied_phases
 from .model import ModelArguments
 from .training import PooledTrainingArguments
 
@@ -97,22 +98,41 @@ def parser() -> HfArgumentParser:
 
 
 def parse_arguments(argv: list[str]) -> tuple[ModelArguments, DataArguments, PooledTrainingArguments]:
-    """``(model_args, data_args, training_args)`` from ``[config_file] [--flag value ...]``."""
+    """``(model_args, data_args, training_args)`` from ``[config_file] [--flag value ...]``.
+
+    A validation or test file turns its phase on (``training_args.implied_phases`` says which, for the run to tell);
+    a setting that would take no effect with the others is refused (dependencies.py)."""
     flags = parser()
+    file_values: dict[str, Any] = {}
     if argv and not argv[0].startswith("-"):
         config_file, argv = argv[0], argv[1:]
-        file_values = read_config_file(config_file)
-        refuse_removed_options(file_values, f"Config file {config_file}")
-        known = {action.dest for action in flags._actions}
-        unknown = sorted(set(file_values) - known)
-        if unknown:
-            named = "; ".join(_with_suggestion(key, known) for key in unknown)
-            raise UsageError(
-                f"Config file {config_file} has unknown settings: {named}. Run {help_command()} for the list."
-            )
+        file_values = _config_file_values(config_file, {action.dest for action in flags._actions})
         flags.set_defaults(**file_values)  # flags given after the file override it
     _refuse_code_references([arg for arg in argv if arg.startswith("--")], "The command line")
     refuse_removed_options(_command_line_settings(argv), "The command line")
+    values = {**file_values, **given_on_command_line(flags, argv)}
+    implied = implied_phases(values, set(values))
+    flags.set_defaults(**dict.fromkeys(implied, True))
+    arguments = _parse(flags, argv)
+    check_dependencies(arguments, set(values))
+    arguments[2].implied_phases = implied
+    return arguments
+
+
+def _config_file_values(config_file: str, known: set[str]) -> dict[str, Any]:
+    """The settings of a config file, its unknown keys named with a suggestion."""
+    file_values = read_config_file(config_file)
+    refuse_removed_options(file_values, f"Config file {config_file}")
+    unknown = sorted(set(file_values) - known)
+    if unknown:
+        named = "; ".join(_with_suggestion(key, known) for key in unknown)
+        raise UsageError(
+            f"Config file {config_file} has unknown settings: {named}. Run {help_command()} for the list."
+        )
+    return file_values
+
+
+def _parse(flags: HfArgumentParser, argv: list[str]):
     try:
         *outputs, remaining = flags.parse_args_into_dataclasses(
             args=argv, return_remaining_strings=True, look_for_args_file=False
@@ -124,8 +144,28 @@ def parse_arguments(argv: list[str]) -> tuple[ModelArguments, DataArguments, Poo
     ) as error:  # TrainingArguments' own consistency checks, e.g. mismatched eval/save strategies
         raise UsageError(str(error)) from error
     if remaining:
-        raise UsageError(f"Unknown arguments: {' '.join(remaining)}. Run {help_command()} for the list.")
+        raise UsageError(
+            f"Unknown arguments: {_unknown_flags(remaining, flags)}. Run {help_command()} for the list."
+        )
     return tuple(outputs)
+
+
+def _unknown_flags(remaining: list[str], flags: HfArgumentParser) -> str:
+    """The arguments argparse did not take, a misspelled flag with the flags it may mean (as config keys get)."""
+    # Every spelling of a flag (--do_eval, --do-eval) -> its first, which the suggestion names.
+    spellings = {
+        option: action.option_strings[0]
+        for action in flags._actions
+        for option in action.option_strings
+        if option.startswith("--")
+    }
+    shown = []
+    for arg in remaining:
+        flag = arg.split("=")[0]
+        matches = difflib.get_close_matches(flag, spellings, n=3) if flag.startswith("--") else []
+        named = list(dict.fromkeys(spellings[match] for match in matches))[:2]
+        shown.append(f"{arg} (did you mean {' or '.join(named)}?)" if named else arg)
+    return " ".join(shown)
 
 
 def _command_line_settings(argv: list[str]) -> dict[str, Any]:

@@ -11,8 +11,10 @@ from typing import Literal
 from transformers import TrainingArguments
 
 from ...errors import UsageError
-from ...thresholds import AVERAGES
+from ...thresholds import AVERAGES, DEFAULT_THRESHOLD
 from ..options import TRAINING_OPTIONS, require_number
+from .defaults import ASYMMETRIC_UNTUNED_THRESHOLD, FEW_EXAMPLES_PER_LABEL
+from .speed import SpeedArguments, check_speed_arguments
 
 __all__ = [
     "PooledTrainingArguments",
@@ -44,12 +46,6 @@ THRESHOLD_TUNING = ("auto", "global", "per_label", "none")
 HEAD_LEARNING_RATE = 5e-3
 
 
-# At most this many training rows per label (rows / labels) count as few examples: bench/labels.py measured the
-# defaults below at 8 and 32 per label (fortunes' full split, 36 per label, and the README quickstart's 100 keep the
-# others).
-FEW_EXAMPLES_PER_LABEL = 32
-
-
 LEARNING_RATE = 5e-5
 # The backbone's rate on few examples per label: with the epochs raised for them, 1e-4 beat 5e-5 by 0.02-0.03 on
 # fortunes and debtags at 8 examples per label (bench/labels.py; docs/label-text.md, "Defaults").
@@ -68,7 +64,7 @@ TRAIN_BATCH_SIZE = 16
 
 
 @dataclass
-class PooledTrainingArguments(TrainingArguments):
+class PooledTrainingArguments(SpeedArguments, TrainingArguments):
     _argument_group_name = (
         "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
     )
@@ -213,8 +209,9 @@ class PooledTrainingArguments(TrainingArguments):
         metadata={
             "help": "Multi-label: after training, choose the decision threshold that maximises F1 on the validation "
             "split and save it in config.json. 'global': one for every label; 'per_label': one per label; 'none': "
-            "keep decision_threshold (0.5 unless set); 'auto': global when a multi-label run trains with validation "
-            "data and decision_threshold is not set, else none, with 0.7 for a new asymmetric-loss head (0.5 lets "
+            f"keep decision_threshold ({DEFAULT_THRESHOLD} unless set); 'auto': global when a multi-label run trains "
+            "with validation data and decision_threshold is not set, else none, with "
+            f"{ASYMMETRIC_UNTUNED_THRESHOLD} for a new asymmetric-loss head ({DEFAULT_THRESHOLD} lets "
             "through many false positives of that loss)."
         },
     )
@@ -259,6 +256,7 @@ class PooledTrainingArguments(TrainingArguments):
                 require_number(name, getattr(self, name), lambda value: value >= 0, ">= 0 (or unset)")
         for option in TRAINING_OPTIONS.values():
             option.check_arguments(self)
+        check_speed_arguments(self)
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")
@@ -286,6 +284,11 @@ class PooledTrainingArguments(TrainingArguments):
             self.use_cpu = True
         if self.dataloader_pin_memory is None:
             self.dataloader_pin_memory = uses_an_accelerator(self.use_cpu)
+        if self.accelerator_config is None and self.dataloader_pin_memory:
+            # Pinned batches copied to the device without waiting for it (accelerate's non_blocking, which it
+            # advises with pinned memory): a blocking copy is a host synchronisation per tensor per step
+            # (bench/gpu.py counted about four per step).
+            self.accelerator_config = {"non_blocking": True}
         super().__post_init__()
 
 

@@ -62,7 +62,7 @@ def classifier_variables(card: CardData) -> dict[str, Any]:
         "pooling": config.pooling,
         "pooling_description": _summary(POOLINGS.lookup(config.pooling)),
         "pooling_settings": _pooling_settings(config),
-        "head": config.classifier_head,
+        "head": _head_name(config),
         "head_description": _head_description(task),
         "problem_type": config.problem_type,
         "labels": task.labels,
@@ -78,6 +78,33 @@ def classifier_variables(card: CardData) -> dict[str, Any]:
         "repo_id_literal": json.dumps(card.repo_id, ensure_ascii=False),  # a Python string: "C:\\Users" too
         "example_text_literal": repr(card.example_text),
         "decisions": _decisions(task),
+        "zero_shot": _zero_shot(card.zero_shot),
+        "any_labels": config.pooling == "label_text" and config.label_text_scorer == "shared",
+    }
+
+
+def _head_name(config) -> str:
+    """The head as the card names it: a label-text model's scorer (its head; classifier_head is not read), else
+    classifier_head."""
+    if config.pooling == "label_text":
+        return f"{config.label_text_scorer} scorer"
+    return config.classifier_head
+
+
+def _zero_shot(result) -> dict[str, Any] | None:
+    """The card's zero-shot section: the file, its labels, and each model's scores (rounded)."""
+    if result is None:
+        return None
+    rows = result.rows
+    return {
+        "file": rows.file_name,
+        "rows": len(rows.texts),
+        "labels": rows.labels,
+        "unseen": len(rows.unseen),
+        "scores": [
+            (model, rounded(scores["accuracy"]), rounded(scores["f1_macro"]))
+            for model, scores in result.scores.items()
+        ],
     }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ...modeling.configuration_multitask import SEQUENCE, TOKEN
 from ...modeling.problem_types import REGRESSION
+from ...modeling.varlen_attention import TORCH_VARLEN
 from ..evaluation import at_default_name, main_metric, task_config
 from ..options import TRAINING_OPTIONS
 
@@ -101,6 +102,7 @@ class CardData:
         default_factory=dict
     )  # the run's metrics, as all_results.json holds them
     example_text: str = "An example sentence to classify."
+    zero_shot: Any = None  # zero_shot_eval.ZeroShotResult of a run with --zero_shot_file
 
     @property
     def single(self) -> bool:
@@ -130,7 +132,8 @@ def card_data(plan, model, tasks: dict[str, Any], metrics: dict[str, float], pus
         tasks=cards,
         training_settings=training_settings(
             args, problem_type=cards[0].problem_type if sequence else None, task_sampling=not plan.single
-        ),
+        )
+        | batch_layout_rows(args, model),
         metrics=dict(metrics),
         example_text=plan.example_texts[0] if plan.example_texts else _first_text(tasks),
     )
@@ -239,3 +242,19 @@ def chosen_training_options(args) -> dict[str, Any]:
     if getattr(args, "label_embedding_weight_decay", None) is not None:
         options["weight decay (label embeddings)"] = args.label_embedding_weight_decay
     return options
+
+
+def batch_layout_rows(args, model) -> dict[str, Any]:
+    """The "Training settings" rows of how a run laid out its batches (train/batch_layout.py), where it chose other
+    than padded batches of per_device_train_batch_size rows."""
+    rows: dict[str, Any] = {}
+    if not args.do_train:
+        return rows
+    backbone = model.get_backbone() if hasattr(model, "get_backbone") else None
+    if backbone is not None and backbone.config._attn_implementation == TORCH_VARLEN:
+        rows["batches"] = "padding-free (torch varlen attention)"
+    if args.max_tokens_per_batch is not None:
+        rows["max tokens per batch"] = args.max_tokens_per_batch
+    if args.pad_to_multiple_of is not None:
+        rows["padded to a multiple of"] = args.pad_to_multiple_of
+    return rows

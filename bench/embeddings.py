@@ -98,7 +98,7 @@ def check_same_defaults(ours, theirs) -> None:
         "normalised": type(theirs[-1]).__name__ == "Normalize",
     }
     ours_settings = {
-        "max tokens": ours.config.embedding_max_length,
+        "max tokens": ours.config.max_seq_length,
         "normalised": ours.config.normalize_embeddings,
     }
     if ours_settings != theirs_settings:
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"PooledModel.from_backbone(folder).encode(texts) vs SentenceTransformer(folder).encode(texts), "
         f"all-MiniLM-L6-v2, Debian fortunes quotations, batch size {args.batch_size or 'each default'}, "
-        f"max {ours.config.embedding_max_length} tokens, normalised: {ours.config.normalize_embeddings}, "
+        f"max {ours.config.max_seq_length} tokens, normalised: {ours.config.normalize_embeddings}, "
         f"{args.rounds} paired rounds ({args.warmup} warm-up), {torch.get_num_threads()} CPU threads, "
         f"torch {torch.__version__}, sentence-transformers {st_version}, pooled_models {pooled_models.__version__}",
         "",

@@ -18,10 +18,11 @@ Offline, in this process (one untimed warm-up call each, then ``--rounds`` timed
 Each side's texts/s; the ratios are vLLM's over the others' (above 1.0: vLLM serves more texts per second), the
 median over rounds. Before any timing, vLLM's scores must equal the pipeline's (1e-4) with the same top label.
 
-Online: the OpenAI-compatible server (``python -m vllm.entrypoints.openai.api_server ... --runner pooling`` on
-127.0.0.1), under bounded load: ``--clients`` threads each sending ``--requests`` /classify requests of one text,
-one after the other. Reported: p50 and p99 latency, requests/s over the whole load, failed requests (must be 0) and
-answers whose label differs from transformers' (must be 0).
+Online: the OpenAI-compatible server (the command docs/serving.md prints, ``python -m
+vllm.entrypoints.launchers.api_server.entry ... --runner pooling`` on 127.0.0.1), under bounded load: ``--clients``
+threads each sending ``--requests`` /classify requests of one text, one after the other. Reported: p50 and p99
+latency, requests/s over the whole load, failed requests (must be 0) and answers whose label differs from
+transformers' (must be 0).
 
     python bench/serving.py                                          # 1,000 texts, 8 clients x 50 requests, 3 rounds
     python bench/serving.py --texts 40 --clients 2 --requests 5 --rounds 1 --output /tmp/serving-check   # it runs

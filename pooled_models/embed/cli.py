@@ -70,7 +70,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max_length",
         type=int,
-        help="truncate texts to this many tokens (default: the model's embedding_max_length, e.g. a "
+        help="truncate texts to this many tokens (default: the model's max_seq_length, e.g. a "
         "sentence-transformers folder's max_seq_length, else its tokenizer's limit)",
     )
     parser.add_argument(

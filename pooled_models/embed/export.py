@@ -160,7 +160,7 @@ def _transformer_settings(model, tokenizer) -> dict:
             raise ExportError("The tokenizer has no padding, end-of-sequence or unknown token to pad with.")
         processor_kwargs["pad_token"] = fallback
     settings = {"processor_kwargs": processor_kwargs}
-    max_length = model._encoding_max_length(tokenizer, None)
+    max_length = model.max_text_length(tokenizer)
     if max_length is not None:
         settings["max_seq_length"] = max_length
     return settings

@@ -144,9 +144,9 @@ class CheckpointLoading:
         """Build a model around a pretrained backbone, with a freshly initialised pooler and head, in eval mode (as
         ``from_pretrained`` returns a model; ``Trainer`` switches to training mode itself).
 
-        A sentence-transformers folder (``modules.json``) brings its pooling, ``max_seq_length`` and normalisation
-        as the defaults of ``encode`` (``embedding_max_length``, ``normalize_embeddings``), so that
-        ``model.encode(texts)`` gives what ``SentenceTransformer(folder).encode(texts)`` gives; ``pooling`` and
+        A sentence-transformers folder (``modules.json``) brings its pooling, its ``max_seq_length`` (the config's:
+        the text length of every path) and its normalisation (``normalize_embeddings``, ``encode``'s default), so
+        that ``model.encode(texts)`` gives what ``SentenceTransformer(folder).encode(texts)`` gives; ``pooling`` and
         those two settings, given here, override the folder's. A folder whose pipeline ``encode`` cannot reproduce
         (a ``Dense`` module, a default prompt...) is refused by ``PooledModel`` unless ``pooling`` is given (a
         classifier warns and builds on the transformer alone).

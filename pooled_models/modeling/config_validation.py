@@ -1,6 +1,6 @@
 """How a ``PooledConfig``'s settings are validated: the rules that span fields (the settings of parts other than the
 chosen ones refused, those of the chosen parts filled with their defaults and checked; dropout, the multi-label
-numbers, packing, ``encode``'s limit), and edits read against a snapshot of the settings as last validated, so that a
+numbers, packing, the text length), and edits read against a snapshot of the settings as last validated, so that a
 setting an edit left behind is dropped rather than refused (see ``configuration_pooled.py``).
 
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
@@ -17,6 +17,7 @@ from .losses import MULTI_LABEL_LOSSES
 from .pooling import POOLINGS
 from .problem_types import MULTI_LABEL
 from .registry import LABEL_TOKEN_INITS, Registry
+from .text_length import check_max_seq_length
 
 __all__ = ["SettingsValidation", "CHOICES", "PER_LABEL"]
 
@@ -44,7 +45,7 @@ class SettingsValidation:
             self._check_choice(registry)
         self._check_multi_label()
         _check_packing(self)
-        _check_embedding_defaults(self)
+        check_max_seq_length(self.max_seq_length)
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
 
@@ -195,15 +196,6 @@ def _check_packing(config) -> None:
         raise ValueError(
             "packed_batches=True needs position_ids_from_mask=True: each text of a packed row starts again at the "
             "first position, which the positions counted from its own mask give."
-        )
-
-
-def _check_embedding_defaults(config) -> None:
-    """``encode``'s token limit is a positive integer or unset."""
-    limit = config.embedding_max_length
-    if limit is not None and limit < 1:
-        raise ValueError(
-            f"embedding_max_length must be an integer >= 1 or None (the tokenizer's), got {limit!r}."
         )
 
 

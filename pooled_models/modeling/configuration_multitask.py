@@ -35,6 +35,7 @@ from .heads import HEADS
 from .pooling import POOLINGS
 from .problem_types import SINGLE_LABEL
 from .text_config import TextConfigSizes
+from .text_length import check_max_seq_length
 
 __all__ = ["PooledMultiTaskConfig", "TASK_KINDS", "SEQUENCE", "TOKEN", "RUNTIME_SETTINGS"]
 
@@ -43,7 +44,13 @@ TOKEN = "token"  # one prediction per token: a head over every token (NER, taggi
 TASK_KINDS = (SEQUENCE, TOKEN)
 
 # Settings of the whole model rather than of one task: the backbone is shared, and so is what feeds it.
-SHARED_SETTINGS = ("backbone_config", "position_ids_from_mask", "packed_batches", "initializer_range")
+SHARED_SETTINGS = (
+    "backbone_config",
+    "position_ids_from_mask",
+    "packed_batches",
+    "initializer_range",
+    "max_seq_length",
+)
 LABEL_SETTINGS = ("id2label", "label2id", "num_labels", "problem_type")
 # A task's name becomes a module name (no dots) and part of metric names (eval_<task>_f1); "mean" names the mean of
 # every task's main metric (eval_mean_score).
@@ -63,7 +70,9 @@ RUNTIME_SETTINGS = (
 )
 # Settings of the whole model that are checked again when changed after construction (by attribute, or by
 # from_pretrained's keywords, which transformers sets one by one after __init__).
-VALIDATED = ("tasks", "position_ids_from_mask", "packed_batches", "initializer_range")
+VALIDATED = ("tasks", "position_ids_from_mask", "packed_batches", "initializer_range", "max_seq_length")
+# A sequence task's setting in 0.3 (PooledConfig's embedding_max_length), now the whole model's max_seq_length.
+LEGACY_TASK_LENGTH = "embedding_max_length"
 
 
 def _own_fields() -> list[str]:
@@ -107,6 +116,10 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
             Run the shared backbone on padding-free (packed) rows (see `PooledConfig`).
         initializer_range (`float`, *optional*):
             Standard deviation used to initialise the poolers and heads. Defaults to the backbone's.
+        max_seq_length (`int`, *optional*):
+            The most tokens of a text the model reads, on every path, for every task (see `PooledConfig`); train.py
+            sets it to the length it trained with. Unset: the tokenizer's `model_max_length`. A task's
+            `embedding_max_length` (0.3) is read as it.
         task_order (`list[str]`, *optional*):
             The tasks in their order (outputs without a task and metrics follow it); written by the config itself,
             because config.json sorts the keys of `tasks`. Defaults to the order of `tasks`.
@@ -130,10 +143,12 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     position_ids_from_mask: bool = True
     packed_batches: bool = False
     initializer_range: float | None = None
+    max_seq_length: int | None = None
 
     def __post_init__(self, **kwargs):
         refuse_engine_without_plugin()  # engines.py: vLLM without the plugin would serve another pooling
         self.backbone_config = _clean_backbone_config(self.backbone_config)
+        self._read_legacy_task_lengths()
         super().__post_init__(**kwargs)
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
@@ -149,6 +164,7 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
                 "tasks must be a mapping of task names to their settings, e.g. {'topic': {'kind': 'sequence', "
                 f"'id2label': {{0: 'a', 1: 'b'}}}}; got {self.tasks!r}."
             )
+        check_max_seq_length(self.max_seq_length)
         if isinstance(self.task_order, list) and sorted(self.task_order) == sorted(self.tasks):
             # config.json sorts the keys of tasks: the saved order puts them back in the order they were given.
             self.tasks = {name: self.tasks[name] for name in self.task_order}
@@ -161,6 +177,26 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
         self.task_order = list(tasks)
         # Private state, kept out of config.json (to_dict): the settings as last validated.
         self._validated = self._current()
+
+    def _read_legacy_task_lengths(self) -> None:
+        """A 0.3 config whose sequence tasks set ``embedding_max_length``: the shortest becomes the model's length
+        (one backbone reads every task's text once), unless the config sets ``max_seq_length`` itself."""
+        if not isinstance(self.tasks, dict) or not any(
+            isinstance(settings, dict) and LEGACY_TASK_LENGTH in settings for settings in self.tasks.values()
+        ):
+            return
+        lengths = [
+            settings.get(LEGACY_TASK_LENGTH) for settings in self.tasks.values() if isinstance(settings, dict)
+        ]
+        lengths = [length for length in lengths if length is not None]
+        self.tasks = {
+            name: {key: value for key, value in settings.items() if key != LEGACY_TASK_LENGTH}
+            if isinstance(settings, dict)
+            else settings
+            for name, settings in self.tasks.items()
+        }
+        if lengths and self.max_seq_length is None:
+            self.max_seq_length = min(lengths)
 
     def _current(self) -> dict[str, Any]:
         return copy.deepcopy({name: getattr(self, name, None) for name in VALIDATED})
@@ -308,6 +344,7 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
             position_ids_from_mask=self.position_ids_from_mask,
             packed_batches=self.packed_batches,
             initializer_range=self.initializer_range,
+            max_seq_length=self.max_seq_length,
             **settings,
         )
 

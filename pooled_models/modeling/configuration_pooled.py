@@ -16,7 +16,7 @@ torch, transformers (and its huggingface_hub) and its sibling model files.
 
 import copy
 import dataclasses
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict, validated_field
 from transformers.configuration_utils import PreTrainedConfig
@@ -35,6 +35,7 @@ from .layer_pooling import LayerPooler  # noqa: F401  (registers the layer strat
 from .losses import MULTI_LABEL_LOSSES
 from .pooling import POOLINGS
 from .registry import Registry
+from .text_classification_pipeline import register_text_classification_pipeline
 from .text_config import TextConfigSizes
 from .zero_shot_pipeline import register_zero_shot_pipeline
 
@@ -203,10 +204,13 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
             Sentence embeddings: whether `encode` scales every vector to length 1 when its call does not say. Set by
             `from_backbone` from a sentence-transformers folder's `Normalize` module. The model's outputs (pooled
             vectors, logits) are never normalised.
-        embedding_max_length (`int`, *optional*):
-            Sentence embeddings: the token limit of `encode` when its call does not give `max_length`. Set by
-            `from_backbone` from a sentence-transformers folder's `max_seq_length`. Unset: the tokenizer's limit.
-            Always capped at what the backbone has positions for.
+        max_seq_length (`int`, *optional*):
+            The most tokens of a text the model reads: `pipeline(...)`, `encode`, train.py's evaluation and
+            predictions, and vLLM (its `max_model_len`, from the `sentence_bert_config.json` that `save_pretrained`
+            writes) cut a longer text there, so every path gives the same scores. train.py sets it to the length it
+            trained with; `from_backbone` to a sentence-transformers folder's `max_seq_length`. Unset: the tokenizer's
+            `model_max_length`. Always capped at what the backbone has positions for (less the label tokens of
+            `pooling="label_tokens"`). `embedding_max_length`, its name in 0.3, is read as it.
 
     Settings that do not apply to the chosen pooling or head raise a `ValueError`; the ones that apply but
     are left unset are filled with their defaults, so `config.json` shows exactly what was built.
@@ -224,6 +228,8 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
     """
 
     model_type = "pooled"
+    # The setting's name in 0.3: a saved config.json, a keyword or an attribute of that name reads and writes it.
+    attribute_map: ClassVar[dict[str, str]] = {"embedding_max_length": "max_seq_length"}
     sub_configs_defaults = backbone_sub_config_defaults()  # compat.py: empty before transformers 5.20
     sub_configs = BACKBONE_SUB_CONFIGS
 
@@ -264,9 +270,9 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
     pos_weight: list[float | int] | None = None
     decision_threshold: float | int | list[float | int] | None = None
     initializer_range: float | None = None
-    # encode's defaults (sentence embeddings); they choose no module, so a built model follows their edits
+    # They choose no module, so a built model follows their edits: encode's normalisation, and every path's length
     normalize_embeddings: bool = False
-    embedding_max_length: int | None = None
+    max_seq_length: int | None = None
 
     def __post_init__(self, **kwargs):
         refuse_engine_without_plugin()  # engines.py: vLLM without the plugin would serve another pooling
@@ -369,6 +375,8 @@ def _clean_backbone_config(backbone_config: Any) -> PreTrainedConfig | None:
 
 
 PooledConfig.register_for_auto_class()
-# pipeline("zero-shot-classification") for label-text classifiers (transformers' own for every other model); here, so
-# that a trust_remote_code load registers it too, when AutoConfig imports this module's copy.
+# pipeline("text-classification") cutting texts at a pooled model's length, and pipeline("zero-shot-classification")
+# for label-text classifiers (transformers' own for every other model); here, so that a trust_remote_code load registers
+# them too, when AutoConfig imports this module's copy.
+register_text_classification_pipeline()
 register_zero_shot_pipeline()

@@ -22,6 +22,7 @@ from transformers import AutoTokenizer
 from transformers.utils import logging
 
 from .sentence_transformers_folder import sentence_transformers_files
+from .text_length import text_length
 
 __all__ = ["SentenceEncoderMixin", "SIMILARITY_FUNCTIONS", "similarity", "write_sentence_transformers_files"]
 
@@ -32,8 +33,6 @@ logger = logging.get_logger(__name__)
 BLOCK_SIZE = 16384
 # Without show_progress_bar, a bar is shown from this many texts on (about 16 batches of 32).
 PROGRESS_BAR_FROM = 512
-# Tokenizers without a length limit report this sentinel (transformers' VERY_LARGE_INTEGER is about 1e30).
-NO_TOKENIZER_LIMIT = 10**9
 
 SIMILARITY_FUNCTIONS = ("cosine", "dot", "euclidean", "manhattan")
 # Poolings that give one vector per label (each label's state after reading the text), not one per text.
@@ -72,9 +71,9 @@ class SentenceEncoderMixin:
             normalize_embeddings: scale every vector to length 1 (then a dot product is the cosine similarity).
                 Default: ``config.normalize_embeddings`` (a sentence-transformers folder's ``Normalize`` module sets
                 it in ``from_backbone``), else False.
-            max_length: truncate longer inputs to this many tokens. Default: ``config.embedding_max_length`` (a
-                sentence-transformers folder's ``max_seq_length``), else the tokenizer's limit; always capped at
-                what the model's position table holds (less the label tokens of ``pooling="label_tokens"``).
+            max_length: truncate longer inputs to this many tokens. Default: the model's length, where every path
+                cuts a text (``max_text_length``: ``config.max_seq_length``, else the tokenizer's limit); always
+                capped at what the model's position table holds (less the label tokens of ``pooling="label_tokens"``).
             show_progress_bar: default: shown from 512 texts on (and when transformers' bars are enabled).
             convert_to_numpy: a numpy array (the default); otherwise a torch tensor.
             convert_to_tensor: a torch tensor, on the model's device (as sentence-transformers' flag).
@@ -222,23 +221,13 @@ class SentenceEncoderMixin:
         )
 
     def _encoding_max_length(self, tokenizer, max_length: int | None) -> int | None:
-        """The token limit of one input: ``max_length``, else the config's ``embedding_max_length``, else the
-        tokenizer's; capped at the positions the model has for a text."""
-        model_limit = self._encoding_position_limit()
+        """The token limit of one input: ``max_length``, capped at the positions the model has for a text; else the
+        model's own length (``max_text_length``), the one every other path cuts at too."""
         if max_length is None:
-            max_length = getattr(self.config, "embedding_max_length", None)
-        if max_length is not None:
-            if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-                raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}.")
-            if model_limit is not None and max_length > model_limit:
-                logger.warning_once(
-                    f"max_length={max_length} is more than this model has positions for; using {model_limit}."
-                )
-                return model_limit
-            return max_length
-        limits = [model_limit, getattr(tokenizer, "model_max_length", None)]
-        limits = [limit for limit in limits if limit is not None and limit < NO_TOKENIZER_LIMIT]
-        return min(limits) if limits else None
+            return self.max_text_length(tokenizer)
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+            raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}.")
+        return text_length(max_length, None, self._encoding_position_limit(), setting="max_length")
 
     def _encoding_position_limit(self) -> int | None:
         """The tokens of one text the model has positions for (less the label tokens it inserts), or None."""
@@ -261,10 +250,10 @@ class SentenceEncoderMixin:
         saved = super().save_pretrained(save_directory, *args, **kwargs)
         is_main_process = args[0] if args else kwargs.get("is_main_process", True)
         if is_main_process:
-            max_seq_length = getattr(self.config, "embedding_max_length", None)
-            limit = self._encoding_position_limit()
-            if max_seq_length is not None and limit is not None:
-                max_seq_length = min(max_seq_length, limit)
+            # The config's length, as the model reads it (capped at its positions); unset, none: sentence-transformers
+            # and vLLM then take the tokenizer's limit, as every other path does.
+            saved = getattr(self.config, "max_seq_length", None)
+            max_seq_length = None if saved is None else self.max_text_length()
             write_sentence_transformers_files(
                 save_directory,
                 normalize=bool(getattr(self.config, "normalize_embeddings", False)),

@@ -45,6 +45,7 @@ from .pooling import Pooler, build_pooler, hidden_states_for_caller
 from .problem_types import infer_problem_type
 from .targets import as_label_tensor, check_labels
 from .text_config import text_config_of
+from .text_length import text_length
 
 # The settings that choose a model's modules; the others are settings of the chosen ones.
 CHOSEN = ("pooling", "classifier_head", "num_labels")
@@ -114,6 +115,14 @@ class PooledPreTrainedModel(CheckpointLoading, BackboneRunner, PreTrainedModel):
         return (
             self.pooler.added_tokens
         )  # PooledModel.pooler, PooledForSequenceClassification.classifier.pooler
+
+    def max_text_length(self, tokenizer=None) -> int | None:
+        """The most tokens of one text this model reads, where every path cuts a longer one (``text_length.py``): the
+        config's ``max_seq_length``, else ``tokenizer``'s ``model_max_length``; capped at the backbone's positions
+        (less the label tokens of ``pooling="label_tokens"``). None where nothing limits it."""
+        position_limit = None if self.position_budget is None else self.position_budget - self.added_tokens
+        tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+        return text_length(getattr(self.config, "max_seq_length", None), tokenizer_limit, position_limit)
 
     @property
     def pad_token_id(self) -> int:

@@ -141,7 +141,7 @@ def apply_folder_defaults(
     refuse: bool = True,
 ) -> tuple[str | os.PathLike, str]:
     """``from_backbone``'s reading of a sentence-transformers folder: returns ``(where the backbone is, pooling)`` and
-    puts the folder's ``normalize_embeddings`` and ``embedding_max_length`` into ``config_kwargs`` unless they are
+    puts the folder's ``normalize_embeddings`` and ``max_seq_length`` into ``config_kwargs`` unless they are
     there already. An explicit ``pooling`` (and each explicit setting) wins over the folder's; without one, a
     pipeline that ``encode`` would not reproduce is refused, by name (only warned about when not ``refuse``). Not a
     sentence-transformers folder: the path as given and ``pooling`` (mean when None)."""
@@ -174,7 +174,8 @@ def apply_folder_defaults(
             reasons,
         )
     config_kwargs.setdefault("normalize_embeddings", settings.normalize)
-    config_kwargs.setdefault("embedding_max_length", settings.max_seq_length)
+    if "embedding_max_length" not in config_kwargs:  # its name in 0.3, given by the caller
+        config_kwargs.setdefault("max_seq_length", settings.max_seq_length)
     return name_or_path, pooling or settings.pooling or "mean"
 
 

@@ -28,11 +28,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.zero_shot_classification import ZeroShotClassificationPipeline
-from transformers.utils import logging
 
 from .label_text import label_text_token_ids, pad_label_ids
+from .pipeline_registration import replace_task_class
 
 __all__ = ["LabelTextZeroShotPipeline", "ranked_labels", "register_zero_shot_pipeline", "reads_label_texts"]
 
@@ -98,7 +97,9 @@ class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):
         if not candidate_labels:
             raise ValueError("You must include at least one label and at least one sequence.")
         text = inputs[0] if isinstance(inputs, list) and len(inputs) == 1 else inputs
-        encoded = self.tokenizer(text, return_tensors="pt", truncation=True)
+        # cut at the model's length, as every other path (text_length.py)
+        length = self.model.max_text_length(self.tokenizer)
+        encoded = self.tokenizer(text, return_tensors="pt", truncation=length is not None, max_length=length)
         yield {"candidate_labels": list(candidate_labels), "sequence": text, "is_last": True, **encoded}
 
     def _forward(self, inputs, label_input_ids=None, label_attention_mask=None, columns=None):
@@ -133,21 +134,6 @@ def ranked_labels(labels: list[str], logits: torch.Tensor, multi_label: bool) ->
 
 
 def register_zero_shot_pipeline() -> None:
-    """Make :class:`LabelTextZeroShotPipeline` the class of ``pipeline("zero-shot-classification")``, with the task's
-    default model and model classes kept (transformers' behaviour for every model but a label-text classifier)."""
-    task = PIPELINE_REGISTRY.supported_tasks[TASK]
-    if isinstance(task["impl"], type) and task["impl"].__name__ == LabelTextZeroShotPipeline.__name__:
-        return  # registered already (by the package, or by a checkpoint's copy of this module)
-    base_logger = logging.get_logger("transformers.pipelines.base")
-    level = base_logger.level
-    base_logger.setLevel(logging.ERROR)  # "already registered. Overwriting": that is the point
-    try:
-        PIPELINE_REGISTRY.register_pipeline(
-            TASK,
-            pipeline_class=LabelTextZeroShotPipeline,
-            pt_model=task.get("pt"),
-            default=task.get("default"),
-            type=task.get("type"),
-        )
-    finally:
-        base_logger.setLevel(level)
+    """Make :class:`LabelTextZeroShotPipeline` the class of ``pipeline("zero-shot-classification")`` (transformers'
+    behaviour for every model but a label-text classifier)."""
+    replace_task_class(TASK, LabelTextZeroShotPipeline)

@@ -13,7 +13,7 @@ padded past the tokenizer gets placeholder tokens first) and a post-processor th
 it with ``--tokenizer``:
 
     python -m pooled_models.serving.label_tokens FOLDER SERVING_TOKENIZER
-    python -m vllm.entrypoints.openai.api_server --model FOLDER --tokenizer SERVING_TOKENIZER --runner pooling
+    python -m vllm.entrypoints.launchers.api_server.entry --model FOLDER --tokenizer SERVING_TOKENIZER --runner pooling
 
 The checkpoint's folder is left as it is (``pipeline("text-classification", model=FOLDER)`` reads its own tokenizer).
 The model refuses to load with any other tokenizer (``tokenizer_refusal``). In the forward, ids at or past the

@@ -5,7 +5,7 @@ vLLM's pooling runner asks one pooler for one output per request, and a served m
 served once per task, each engine naming its task with a config override::
 
     LLM(model=folder, runner="pooling", hf_overrides={"served_task": "team"})
-    python -m vllm.entrypoints.openai.api_server --model FOLDER --runner pooling --hf-overrides '{"served_task": "team"}'
+    python -m vllm.entrypoints.launchers.api_server.entry --model FOLDER --runner pooling --hf-overrides '{"served_task": "team"}'
 
 A sequence task is served as its ``export_head`` checkpoint would be (``PooledForSequenceClassification``:
 ``classify``, its own pooling and head), a token task as a ``PooledForTokenClassification`` (``token_classify``).

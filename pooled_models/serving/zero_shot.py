@@ -36,6 +36,7 @@ from vllm.pooling_params import PoolingParams
 
 from ..modeling.heads import LabelTextHead
 from ..modeling.label_text import label_text_token_ids
+from ..modeling.text_length import text_length
 from ..modeling.zero_shot_pipeline import DEFAULT_TEMPLATE, ranked_labels
 from .checkpoint_keys import renamed_key
 from .multitask_support import head_location, served_config
@@ -48,6 +49,7 @@ __all__ = [
     "MAX_CANDIDATE_LABELS",
     "MAX_TEXTS",
     "plugin",
+    "served_text_length",
 ]
 
 PLUGIN_NAME = "pooled_models_zero_shot"
@@ -86,6 +88,7 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
             )
         self.config = config
         self.tokenizer = renderer.get_tokenizer()
+        self.text_length = served_text_length(config, self.tokenizer, vllm_config.model_config.max_model_len)
         self.marker = marker_id(config)
         self.own_labels = {str(name): int(index) for index, name in config.id2label.items()}
         self.head = _load_head(
@@ -154,8 +157,8 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
             ):  # requests the engine refused after pre_process never come back
                 self._pending.pop(next(iter(self._pending)))
         labels = [TokensPrompt(prompt_token_ids=[self.marker, *ids[1:]]) for ids in label_ids]
-        # As the pipeline tokenises a text: the tokenizer's special tokens, truncated to the model's length.
-        encoded = self.tokenizer(prompt.texts, truncation=True)["input_ids"]
+        # As the pipeline tokenises a text: the tokenizer's special tokens, cut at the model's length.
+        encoded = self.tokenizer(prompt.texts, truncation=True, max_length=self.text_length)["input_ids"]
         return labels + [TokensPrompt(prompt_token_ids=list(ids)) for ids in encoded]
 
     def post_process(
@@ -175,6 +178,17 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
             {"sequence": text, **ranked_labels(prompt.labels, row, prompt.multi_label)}
             for text, row in zip(prompt.texts, logits, strict=True)
         ]
+
+
+def served_text_length(config, tokenizer, max_model_len: int) -> int:
+    """The one place the plugin's text length is decided: the most tokens of a text it sends to the engine.
+
+    The model's length, as the zero-shot pipeline cuts a text (``PooledPreTrainedModel.max_text_length``: the config's
+    ``max_seq_length``, else the tokenizer's ``model_max_length``), never more than the engine takes (its
+    ``max_model_len``, which vLLM reads from the ``sentence_bert_config.json`` that ``save_pretrained`` writes with
+    that same length, else from the backbone's positions and the tokenizer). A longer text is cut there and answered,
+    never refused by the engine."""
+    return text_length(config.max_seq_length, getattr(tokenizer, "model_max_length", None), max_model_len)
 
 
 def _candidate_labels(value) -> list[str]:

@@ -35,6 +35,7 @@ __all__ = [
     "say",
     "describe_tasks",
     "describe_model",
+    "describe_length",
     "print_summary",
     "answer_text",
 ]
@@ -365,6 +366,15 @@ def describe_model(model, base_model: str, parameters: int) -> str:
     share = "all trained" if trained == parameters else f"{count(trained)} trained"
     built = f": {built}" if built else ""
     return f"Model: {name} on {base_model}{family}{built}; {count(parameters)} parameters, {share}"
+
+
+def describe_length(length: int, origin: str) -> str:
+    """``Text length: 128 tokens (from --max_seq_length); ...``: where every text is cut, in the run and by the saved
+    model."""
+    return (
+        f"Text length: {length} tokens (from {origin}); longer texts are cut there in training, evaluation and "
+        "predictions, and by the saved model (its max_seq_length)."
+    )
 
 
 def print_summary(

@@ -17,11 +17,14 @@ from ..modeling.configuration_multitask import SEQUENCE, TOKEN
 from ..modeling.modeling_multitask import PooledForMultiTask
 from ..modeling.modeling_pooled import PooledForSequenceClassification, PooledPreTrainedModel
 from ..modeling.modeling_token import PooledForTokenClassification
+from ..modeling.sentence_transformers_folder import read_sentence_transformers_folder
+from ..modeling.text_length import NO_TOKENIZER_LIMIT
 from .options import backbone_of, task_head_parameters
 
 if TYPE_CHECKING:  # annotations only
     from .data import TaskData
     from .plan import RunPlan, TaskPlan
+    from .source import ModelSource
 
 __all__ = [
     "MODEL_CLASSES",
@@ -30,11 +33,14 @@ __all__ = [
     "backbone_max_length",
     "check_label_text_lengths",
     "choose_max_length",
+    "record_max_length",
     "freeze_backbone",
     "freeze_heads",
 ]
 
 logger = logging.getLogger("pooled_models.train")
+
+SENTENCE_TRANSFORMERS_LENGTH = "the max_seq_length of its sentence_bert_config.json"
 
 
 # What a run publishes -> the class of its model.
@@ -171,15 +177,23 @@ def backbone_max_length(tokenizer, model) -> int | None:
 
 def _backbone_limit(tokenizer, model) -> int | None:
     """The most tokens the backbone reads in one row: its position table's and the tokenizer's limits."""
-    limits = []
+    limits = [limit for limit in (_positions(model), _tokenizer_limit(tokenizer)) if limit is not None]
+    return min(limits) if limits else None
+
+
+def _positions(model) -> int | None:
+    """The backbone's positions for a row (less RoBERTa's padding offset); None without a position table."""
     backbone = backbone_of(model)
     positions = getattr(backbone.config, "max_position_embeddings", None)
     uses_position_table = getattr(backbone.config, "position_embedding_type", "absolute") == "absolute"
     if isinstance(positions, int) and uses_position_table:
-        limits.append(positions - position_offset(backbone))
-    if isinstance(tokenizer.model_max_length, int) and tokenizer.model_max_length < 1_000_000:
-        limits.append(tokenizer.model_max_length)  # unset limits are a huge sentinel (VERY_LARGE_INTEGER)
-    return min(limits) if limits else None
+        return positions - position_offset(backbone)
+    return None
+
+
+def _tokenizer_limit(tokenizer) -> int | None:
+    limit = tokenizer.model_max_length
+    return limit if isinstance(limit, int) and limit < NO_TOKENIZER_LIMIT else None  # unset: a huge sentinel
 
 
 def check_label_text_lengths(tokenizer, model) -> None:
@@ -200,19 +214,63 @@ def check_label_text_lengths(tokenizer, model) -> None:
                 )
 
 
-def choose_max_length(requested: int | None, tokenizer, model) -> int:
-    """``max_seq_length``: the backbone's limit by default, and never more."""
-    limit = backbone_max_length(tokenizer, model)
-    if requested is None:
+def choose_max_length(requested: int | None, tokenizer, model, source: ModelSource) -> tuple[int, str]:
+    """The run's text length, and where it comes from: ``--max_seq_length``, else the model's own (a saved model's
+    ``max_seq_length``, or the backbone's sentence-transformers folder's), else the backbone's limit (its tokenizer's
+    ``model_max_length`` or its positions, the smaller); never more than the backbone can read."""
+    length, origin = (
+        (requested, "--max_seq_length") if requested is not None else _stated_length(model, source)
+    )
+    if length is None:
+        limit = backbone_max_length(tokenizer, model)
         if limit is None:
             raise UsageError("The backbone states no maximum input length; set --max_seq_length.")
-        return limit
-    if limit is not None and requested > limit:
+        from_tokenizer = limit == _tokenizer_limit(tokenizer)
+        return limit, "the tokenizer's model_max_length" if from_tokenizer else "the backbone's positions"
+    limit = _longest_text(tokenizer, model)
+    if limit is not None and length > limit:
         logger.warning(
-            "max_seq_length=%d is more than the backbone takes; using its limit, %d.", requested, limit
+            "max_seq_length=%d is more than the backbone takes; using its limit, %d.", length, limit
         )
-        return limit
-    return requested
+        return limit, "the backbone's limit"
+    return length, origin
+
+
+def _longest_text(tokenizer, model) -> int | None:
+    """The most tokens of a text the backbone can read: its position table where it has one, else its tokenizer's
+    limit; less the label tokens. Not the tokenizer's limit where a table says more: a tokenizer's
+    ``model_max_length`` is a convention, and the one train.py saves is the length it trained at, which a later run
+    may change."""
+    limit = _positions(model)
+    limit = _tokenizer_limit(tokenizer) if limit is None else limit
+    if limit is None:
+        return None
+    return limit - (model.added_tokens if isinstance(model, PooledPreTrainedModel) else 0)
+
+
+def _stated_length(model, source: ModelSource) -> tuple[int | None, str]:
+    """The length the model states: its config's ``max_seq_length`` (a saved model's; a sentence-transformers
+    folder's, which ``from_backbone`` reads for a sequence classifier), else the folder's own (read here for the
+    other kinds of model)."""
+    stated = getattr(model.config, "max_seq_length", None)
+    if stated is not None:
+        return stated, "the saved model's max_seq_length" if source.saved else SENTENCE_TRANSFORMERS_LENGTH
+    try:
+        folder = read_sentence_transformers_folder(source.path, **source.hub_kwargs())
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    if folder is None or folder.max_seq_length is None:
+        return None, ""
+    return folder.max_seq_length, SENTENCE_TRANSFORMERS_LENGTH
+
+
+def record_max_length(model, tokenizer, length: int) -> None:
+    """Save the run's length with the model: its config's ``max_seq_length`` (pipeline, encode and vLLM read it) and
+    its tokenizer's ``model_max_length`` (what ``tokenizer(text, truncation=True)`` cuts at: ONNX Runtime's callers,
+    the token-classification pipeline), both written with every checkpoint and the published model."""
+    if isinstance(model, PooledPreTrainedModel):  # not a model factory's (the sweep's vanilla baseline)
+        model.config.max_seq_length = length
+    tokenizer.model_max_length = length
 
 
 def freeze_backbone(model) -> int:

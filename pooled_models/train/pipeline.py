@@ -27,11 +27,26 @@ from .arguments.model import chosen_model_settings
 from .batch_layout import choose_padding_free, collator_for, tokens_per_step
 from .card import card_data, render_model_card
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
-from .console import describe_model, describe_tasks, install_progress, log_metrics, print_summary, say
+from .console import (
+    describe_length,
+    describe_model,
+    describe_tasks,
+    install_progress,
+    log_metrics,
+    print_summary,
+    say,
+)
 from .data import TaskData, check_token_ids, read_task, tokenize_task
 from .data.multitask import MultiTaskRows
 from .evaluation import summary_metrics, task_config, tune_decision_thresholds
-from .model import build_model, choose_max_length, freeze_backbone, freeze_heads, load_tokenizer
+from .model import (
+    build_model,
+    choose_max_length,
+    freeze_backbone,
+    freeze_heads,
+    load_tokenizer,
+    record_max_length,
+)
 from .output_dir import StagedOutputDir, push_folder
 from .plan import RunPlan, make_plan, needed_splits
 from .predictions import RESULTS_FILE, example_answers, predictions_file, write_predictions, write_results
@@ -101,16 +116,16 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     if zero_shot_rows is not None:
         check_zero_shot_model(model.config)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    with training_args.main_process_first(desc="tokenizing"):
-        for task in tasks.values():
-            max_length = choose_max_length(task.spec.data.max_seq_length, tokenizer, model)
-            tokenize_task(task, tokenizer, max_length, named=not plan.single)
+    max_length, origin = _tokenize(plan, tasks, tokenizer, model, data_args.max_seq_length, training_args)
     zero_shot = None
     if zero_shot_rows is not None:
         zero_shot = ZeroShotEvaluation(zero_shot_rows, tokenizer, next(iter(tasks.values())).max_length)
     _prepare_for_training(plan, model)
     padding_free, layout = _lay_out_batches(training_args, model, tasks)
-    say(training_args, [describe_model(model, source.base_model, parameters), layout])
+    say(
+        training_args,
+        [describe_model(model, source.base_model, parameters), describe_length(max_length, origin), layout],
+    )
 
     # Everything is checked: from here on the run writes, into the staging folder only.
     if training_args.should_save:
@@ -139,6 +154,19 @@ def _lay_out_batches(training_args, model, tasks: dict[str, TaskData]) -> tuple[
     for task in tasks.values():
         check_token_ids(task, model.get_input_embeddings().num_embeddings)
     return chosen
+
+
+def _tokenize(
+    plan: RunPlan, tasks, tokenizer, model, requested: int | None, training_args
+) -> tuple[int, str]:
+    """Tokenize every task at the run's one length (max_seq_length is a setting of the run, not of a task), saved
+    with the model; returns it and where it comes from."""
+    max_length, origin = choose_max_length(requested, tokenizer, model, plan.source)
+    record_max_length(model, tokenizer, max_length)
+    with training_args.main_process_first(desc="tokenizing"):
+        for task in tasks.values():
+            tokenize_task(task, tokenizer, max_length, named=not plan.single)
+    return max_length, origin
 
 
 def _model_wide(model_args) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def minilm_model(minilm_path):
 
 def test_the_folders_settings_become_encodes_defaults(minilm_model, minilm_path, minilm_tokenizer):
     config = minilm_model.config
-    assert (config.pooling, config.normalize_embeddings, config.embedding_max_length) == ("mean", True, 256)
+    assert (config.pooling, config.normalize_embeddings, config.max_seq_length) == ("mean", True, 256)
     assert minilm_tokenizer.model_max_length == 512  # the tokenizer alone would allow more
     ours = minilm_model.encode(TEXTS)
     assert_same(ours, st_encode(minilm_path, TEXTS))
@@ -76,9 +76,9 @@ def test_batch_size_one_and_a_single_text_equal_sentence_transformers(minilm_mod
 
 def test_explicit_settings_override_the_folders(minilm_path, minilm_model):
     model = PooledModel.from_backbone(
-        minilm_path, pooling="cls", normalize_embeddings=False, embedding_max_length=128
+        minilm_path, pooling="cls", normalize_embeddings=False, max_seq_length=128
     )
-    assert (model.config.pooling, model.config.normalize_embeddings, model.config.embedding_max_length) == (
+    assert (model.config.pooling, model.config.normalize_embeddings, model.config.max_seq_length) == (
         "cls",
         False,
         128,
@@ -97,7 +97,7 @@ def test_the_settings_survive_save_reload_and_a_config_edit(minilm_model, minilm
     minilm_model.save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(minilm_path).save_pretrained(tmp_path)
     reloaded = AutoModel.from_pretrained(tmp_path)
-    assert (reloaded.config.normalize_embeddings, reloaded.config.embedding_max_length) == (True, 256)
+    assert (reloaded.config.normalize_embeddings, reloaded.config.max_seq_length) == (True, 256)
     expected = st_encode(minilm_path, TEXTS)
     assert_same(reloaded.encode(TEXTS), expected)
     # sentence-transformers reads the saved checkpoint with the same defaults (Normalize, max_seq_length 256).
@@ -105,18 +105,18 @@ def test_the_settings_survive_save_reload_and_a_config_edit(minilm_model, minilm
     # A loading override, and an edit of a built model's config, both change encode's default.
     plain = AutoModel.from_pretrained(tmp_path, normalize_embeddings=False)
     assert not np.allclose(np.linalg.norm(plain.encode(TEXTS), axis=1), 1.0, atol=1e-3)
-    reloaded.config.embedding_max_length = 512
+    reloaded.config.max_seq_length = 512
     assert float(np.abs(reloaded.encode(TEXTS)[2] - expected[2]).max()) > 1e-3
     reloaded.save_pretrained(tmp_path / "edited")
-    assert AutoModel.from_pretrained(tmp_path / "edited").config.embedding_max_length == 512
-    with pytest.raises(ValueError, match=r"embedding_max_length must be an integer >= 1 or None"):
-        AutoModel.from_pretrained(tmp_path, embedding_max_length=0)
+    assert AutoModel.from_pretrained(tmp_path / "edited").config.max_seq_length == 512
+    with pytest.raises(ValueError, match=r"max_seq_length must be an integer >= 1"):
+        AutoModel.from_pretrained(tmp_path, max_seq_length=0)
 
 
 def test_from_pretrained_on_the_folder_brings_its_settings_too(minilm_path, minilm_model):
     model = PooledModel.from_pretrained(minilm_path)
     assert not model.training
-    assert (model.config.pooling, model.config.normalize_embeddings, model.config.embedding_max_length) == (
+    assert (model.config.pooling, model.config.normalize_embeddings, model.config.max_seq_length) == (
         "mean",
         True,
         256,
@@ -190,7 +190,7 @@ def test_every_reproducible_pooling_mode_equals_sentence_transformers(pooling, t
     modes = list(SENTENCE_TRANSFORMERS_POOLING_MODES[pooling])
     folder = st_folder(tiny_backbone_path, tmp_path, {"pooling_mode": modes[0] if len(modes) == 1 else modes})
     model = PooledModel.from_backbone(folder)
-    assert model.config.pooling == pooling and model.config.embedding_max_length == 24
+    assert model.config.pooling == pooling and model.config.max_seq_length == 24
     assert_same(model.encode(TEXTS), st_encode(folder, TEXTS))
 
 
@@ -214,7 +214,7 @@ def test_every_reproducible_pooling_mode_equals_sentence_transformers(pooling, t
 def test_the_legacy_boolean_pooling_keys_are_read(legacy_keys, pooling, tiny_backbone_path, tmp_path):
     folder = st_folder(tiny_backbone_path, tmp_path, legacy_keys, normalize=False, max_seq_length=None)
     model = PooledModel.from_backbone(folder)
-    assert (model.config.pooling, model.config.normalize_embeddings, model.config.embedding_max_length) == (
+    assert (model.config.pooling, model.config.normalize_embeddings, model.config.max_seq_length) == (
         pooling,
         False,
         None,
@@ -290,7 +290,7 @@ def test_lower_casing_is_accepted_where_the_tokenizer_lower_cases(tiny_backbone_
 def test_a_plain_backbone_folder_keeps_the_old_defaults(tiny_backbone_path):
     assert read_sentence_transformers_folder(tiny_backbone_path) is None
     model = PooledModel.from_backbone(tiny_backbone_path)
-    assert (model.config.pooling, model.config.normalize_embeddings, model.config.embedding_max_length) == (
+    assert (model.config.pooling, model.config.normalize_embeddings, model.config.max_seq_length) == (
         "mean",
         False,
         None,

@@ -13,6 +13,7 @@ from pooled_models import PooledConfig, PooledForSequenceClassification, PooledM
 
 TEXTS = ["I love this.", "This is the worst thing I have ever read, honestly."]
 LABELS = {0: "joy", 1: "anger", 2: "fear"}
+LONG = "A long complaint about a parcel that never came. " * 300  # past MiniLM's 512 positions
 
 
 def save_classifier(
@@ -99,7 +100,7 @@ def test_trust_remote_code_loads_the_same_model_without_the_package(multi_label_
     folder, logits = multi_label_folder
     script = f"""
         import json, torch
-        from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
         try:
             import pooled_models
             raise SystemExit("pooled_models should not be importable here")
@@ -111,8 +112,12 @@ def test_trust_remote_code_loads_the_same_model_without_the_package(multi_label_
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
         with torch.no_grad():
             logits = model(**tokenizer({TEXTS!r}, padding=True, return_tensors="pt")).logits
+        # The checkpoint's own code registers the pipeline that cuts a text at the model's length (MiniLM's 256).
+        classify = pipeline("text-classification", model=folder, trust_remote_code=True)
+        long = [item["score"] for item in sorted(classify({LONG!r}, top_k=None), key=lambda item: item["label"])]
         print(json.dumps({{"model": type(model).__module__, "encoder": type(encoder).__name__,
-                           "logits": logits.tolist(), "dropout_samples": model.classifier.dropout_samples}}))
+                           "logits": logits.tolist(), "dropout_samples": model.classifier.dropout_samples,
+                           "pipeline": type(classify).__module__, "long": long}}))
     """
     result = run_without_package(script, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -121,6 +126,16 @@ def test_trust_remote_code_loads_the_same_model_without_the_package(multi_label_
     assert report["encoder"] == "PooledModel"
     assert report["dropout_samples"] == 2
     torch.testing.assert_close(torch.tensor(report["logits"]), logits, atol=1e-6, rtol=1e-6)
+    assert report["pipeline"].startswith("transformers_modules.")
+    model = PooledForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        cut = (
+            model(**tokenizer(LONG, truncation=True, max_length=256, return_tensors="pt")).logits[0].sigmoid()
+        )
+    torch.testing.assert_close(
+        torch.tensor(report["long"]), cut[[1, 2, 0]], atol=1e-5, rtol=0
+    )  # anger, fear, joy
 
 
 @pytest.mark.slow  # a fresh interpreter without the package

@@ -79,6 +79,21 @@ def test_the_registered_pipeline_scores_new_labels_as_the_model_does(folder):
     )
 
 
+def test_a_text_longer_than_the_backbone_takes_is_cut_at_the_models_length(folder):
+    path, model = folder
+    classify = pipeline("zero-shot-classification", model=str(path))
+    long = "My parcel never came and nobody answers my messages. " * 200  # 2,000 tokens; 64 positions
+    length = model.max_text_length(classify.tokenizer)
+    assert length == 64 and len(classify.tokenizer(long)["input_ids"]) > 2000
+    ids, mask = pad_label_ids(label_text_token_ids(NEW, classify.tokenizer))
+    with torch.no_grad():
+        text = classify.tokenizer([long], truncation=True, max_length=length, return_tensors="pt")
+        logits = model(**text, label_input_ids=ids, label_attention_mask=mask).logits[0]
+    assert scores_by_label(classify(long, candidate_labels=NEW)) == pytest.approx(
+        dict(zip(NEW, logits.softmax(-1).tolist(), strict=True)), abs=1e-5
+    )
+
+
 def test_labels_are_tokenised_once_per_call_and_batching_changes_nothing(folder, monkeypatch):
     path, _ = folder
     classify = pipeline("zero-shot-classification", model=str(path))

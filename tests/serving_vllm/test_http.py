@@ -1,5 +1,5 @@
-"""vLLM's OpenAI-compatible HTTP server, started as the docs start it (`python -m vllm.entrypoints.openai.api_server
-... --runner pooling`, bound to 127.0.0.1), answers /classify and /pooling with transformers' labels and scores, and
+"""vLLM's OpenAI-compatible HTTP server, started with the command docs/serving.md prints (bench/vllm_server.py reads
+it from the page; bound to 127.0.0.1), answers /classify and /pooling with transformers' labels and scores, and
 /v1/embeddings with the model's own embeddings."""
 
 import pytest

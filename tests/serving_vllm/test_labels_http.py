@@ -68,6 +68,15 @@ def test_the_open_label_set_gives_the_pipeline_answer(server):
         assert_same_answer(answer, expected, TOLERANCE)
 
 
+def test_a_text_longer_than_the_engine_takes_is_answered_as_the_pipeline_answers_it(server):
+    """Cut at the model's length (MiniLM's 256, the engine's max_model_len), never refused (issue 41)."""
+    scorer, server = server
+    labels = UNSEEN if scorer == "shared" else [LABELS[2], LABELS[1]]
+    texts = ["The train was late again. " * 60, "I love this. " * 700]  # about 360 and 2,800 tokens
+    expected = zero_shot_pipeline_answer(server.folder, texts, labels, False)
+    assert_same_answer(zero_shot(server, texts=texts, candidate_labels=labels), expected, TOLERANCE)
+
+
 def test_bad_requests_get_400_naming_the_field_and_the_server_goes_on(server):
     scorer, server = server
     bad = [

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoTokenizer, BertConfig, LlamaConfig, RobertaConfig
 
 # The HTTP server as the docs start it (bench/vllm_server.py; tests/conftest.py puts bench/ on the path).
-from vllm_server import Server  # noqa: E402,F401
+from vllm_server import Server, section_commands  # noqa: E402,F401
 
 from pooled_models import PooledConfig, PooledForSequenceClassification, PooledModel
 

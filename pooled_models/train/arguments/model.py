@@ -64,6 +64,9 @@ FROM_TRAINING_DATA = "auto"
 # Where train.py's default differs from PooledConfig's (docs/training.md, "Defaults"): the multi-label loss and the
 # pooling are chosen once the problem type and the training set are known (plan.py, few_examples.py).
 TRAIN_PY_DEFAULTS: dict[str, Any] = {"multi_label_loss": None, "pooling": None}
+# PooledConfig settings that are no model flag: the run sets them (max_seq_length: the length it trained with, from
+# the data flag --max_seq_length or the backbone's own; train/model.py).
+RUN_DECIDED = ("max_seq_length",)
 
 
 def _setting(default: Any, help: str, **metadata: Any) -> Any:
@@ -246,9 +249,6 @@ class ModelArguments:
         "Sentence embeddings: whether encode scales every vector to length 1 when its call does not say. The "
         "model's outputs (pooled vectors, logits) are never normalised.",
     )
-    embedding_max_length: int | None = _setting(
-        None, "Sentence embeddings: the token limit of encode when its call does not give max_length."
-    )
 
     def __post_init__(self):
         self.pos_weight = parse_pos_weight(self.pos_weight)
@@ -286,9 +286,10 @@ def parse_pos_weight(value: Any) -> str | list[float] | None:
 
 def pooled_config_fields(config_class: type = PooledConfig) -> list[dataclasses.Field]:
     """PooledConfig's own settings (pooling, head...), without the base config's and ``backbone_config``; the options
-    removed in 0.3 stay config fields (saved models load) but are no longer train.py settings."""
+    removed in 0.3 stay config fields (saved models load) but are no longer train.py settings, and the run decides
+    ``RUN_DECIDED`` itself."""
     skipped = {item.name for item in dataclasses.fields(PreTrainedConfig)} | {"backbone_config"}
-    skipped |= set(REMOVED_OPTIONS)
+    skipped |= set(REMOVED_OPTIONS) | set(RUN_DECIDED)
     return [item for item in dataclasses.fields(config_class) if item.init and item.name not in skipped]
 
 

@@ -1,0 +1,49 @@
+"""``pipeline("text-classification", model=folder)`` for pooled classifiers: texts cut at the model's length.
+
+transformers' text-classification pipeline tokenises a text with the keywords the caller gives it and none of its own
+(``TextClassificationPipeline.preprocess`` passes ``**tokenizer_kwargs`` through), so a text longer than the backbone's
+positions reaches the model whole and fails inside it (``IndexError: index out of range in self`` in BERT's position
+embeddings), unless the caller knows to pass ``truncation=True``; and with it, the text is cut at the tokenizer's
+``model_max_length``, not necessarily the length the model was trained with. A fast tokenizer's own truncation setting
+cannot change that: transformers turns it off for every call that does not ask for truncation
+(``TokenizersBackend.set_truncation_and_padding``).
+
+This module registers, for the task ``"text-classification"`` (and its alias ``"sentiment-analysis"``), a subclass of
+transformers' pipeline that keeps transformers' behaviour for every other model and, for a pooled model, tokenises with
+``truncation=True, max_length=model.max_text_length(tokenizer)`` unless the caller gives ``truncation`` or
+``max_length`` (at ``pipeline(...)`` or at the call): the length every other path cuts at (``text_length.py``).
+
+It is registered when this module is imported, which ``import pooled_models`` does and so does loading a pooled
+checkpoint with ``trust_remote_code=True`` (``AutoConfig`` imports the checkpoint's copy of the config module, which
+imports this one, before ``pipeline()`` picks the task's class).
+
+This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only transformers and
+its sibling model files.
+"""
+
+from __future__ import annotations
+
+from transformers.pipelines.text_classification import TextClassificationPipeline
+
+from .pipeline_registration import replace_task_class
+
+__all__ = ["PooledTextClassificationPipeline", "register_text_classification_pipeline"]
+
+TASK = "text-classification"
+
+
+class PooledTextClassificationPipeline(TextClassificationPipeline):
+    """transformers' text-classification pipeline; for a pooled model, texts cut at the model's length by default."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        length_of = getattr(self.model, "max_text_length", None)  # a pooled model's (modeling_pooled.py)
+        length = length_of(self.tokenizer) if callable(length_of) else None
+        if length is not None:
+            # Defaults under the caller's keywords (given here or at a call, which the pipeline merges over these).
+            self._preprocess_params = {"truncation": True, "max_length": length, **self._preprocess_params}
+
+
+def register_text_classification_pipeline() -> None:
+    """Make :class:`PooledTextClassificationPipeline` the class of ``pipeline("text-classification")``."""
+    replace_task_class(TASK, PooledTextClassificationPipeline)

@@ -1,0 +1,132 @@
+"""train.py decides one text length (--max_seq_length, else the backbone's own), prints it and saves it with the model
+(config and tokenizer); the saved model's pipeline, encode and ONNX Runtime then cut a long text where train.py's
+predictions did, with the same scores (docs/training.md, "The text length")."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import entity_rows, topic_rows, train, write_rows
+from transformers import AutoTokenizer, pipeline
+
+from pooled_models import PooledForSequenceClassification, export_onnx
+
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]  # whole train.py runs
+
+# Far past --max_seq_length 12 and the tiny backbone's 64 positions (about 500 tokens).
+LONG = "The football match went on and on, and the team kept scoring goals. " * 35
+SHORT = "We watched the football match."
+
+
+def files(tmp_path: Path) -> list[str]:
+    train_file = write_rows(tmp_path / "train.jsonl", topic_rows(24))
+    test_file = write_rows(tmp_path / "test.jsonl", [{"text": LONG}, {"text": SHORT}])
+    return ["--train_file", str(train_file), "--test_file", str(test_file), "--do_train", "--do_predict"]
+
+
+def predicted_scores(folder: Path, labels: list[str]) -> list[list[float]]:
+    rows = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
+    return [[row["scores"][label] for label in labels] for row in rows]
+
+
+def test_a_short_max_seq_length_is_saved_and_every_path_gives_the_predictions_scores(
+    tiny_backbone_path, tmp_path, capsys
+):
+    # Mean pooling: encode gives one vector per text, which the head scores (label text gives one per label).
+    flags = [*files(tmp_path), "--max_seq_length", "12", "--pooling", "mean"]
+    result = train(tiny_backbone_path, tmp_path / "out", *flags)
+    folder = result.output_dir
+    assert "Text length: 12 tokens (from --max_seq_length)" in capsys.readouterr().out
+    # Saved with the model: its config, the tokenizer's limit, and the sentence-transformers file vLLM reads.
+    assert json.loads((folder / "config.json").read_text())["max_seq_length"] == 12
+    assert json.loads((folder / "tokenizer_config.json").read_text())["model_max_length"] == 12
+    assert json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"] == 12
+    model = PooledForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    labels = [model.config.id2label[index] for index in range(model.config.num_labels)]
+    predicted = torch.tensor(predicted_scores(folder, labels))
+    # The pipeline, as users call it
+    classify = pipeline("text-classification", model=str(folder))
+    answers = classify([LONG, SHORT], top_k=None)
+    piped = torch.tensor(
+        [[{a["label"]: a["score"] for a in row}[label] for label in labels] for row in answers]
+    )
+    torch.testing.assert_close(piped, predicted, atol=1e-4, rtol=0)
+    # encode's pooled vectors through the head
+    pooled = torch.as_tensor(model.encode([LONG, SHORT], normalize_embeddings=False))
+    with torch.no_grad():
+        encoded = model.classifier.logits(pooled).softmax(-1)
+    torch.testing.assert_close(encoded, predicted, atol=1e-4, rtol=0)
+    # ONNX Runtime, fed by the saved tokenizer with truncation=True
+    import onnxruntime
+
+    path = export_onnx(model, tmp_path / "model.onnx")
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = {item.name for item in session.get_inputs()}
+    onnx_scores = []
+    for text in (LONG, SHORT):
+        batch = tokenizer(text, truncation=True, return_tensors="np")
+        assert batch["input_ids"].shape[1] <= 12
+        (logits,) = session.run(None, {name: batch[name].astype(np.int64) for name in names})
+        onnx_scores.append(torch.from_numpy(logits[0]).softmax(-1))
+    torch.testing.assert_close(torch.stack(onnx_scores), predicted, atol=1e-4, rtol=0)
+    # Control: cut at another length, the long text's scores differ (the cut is what the paths agree on).
+    with torch.no_grad():
+        at_64 = model(**tokenizer(LONG, truncation=True, max_length=64, return_tensors="pt")).logits.softmax(
+            -1
+        )
+    assert float((at_64[0] - predicted[0]).abs().max()) > 1e-4
+
+
+def sentence_transformers_folder(backbone: str, folder: Path, max_seq_length: int) -> Path:
+    """The tiny backbone as a sentence-transformers folder (Transformer, mean Pooling) stating its own length."""
+    shutil.copytree(backbone, folder)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "mean"}))
+    return folder
+
+
+def test_without_the_flag_the_length_is_the_backbones_own(tiny_backbone_path, tmp_path, capsys):
+    backbone = sentence_transformers_folder(tiny_backbone_path, tmp_path / "st", 24)
+    sequence = train(str(backbone), tmp_path / "sequence", *files(tmp_path)).output_dir
+    assert (
+        "Text length: 24 tokens (from the max_seq_length of its sentence_bert_config.json)"
+        in capsys.readouterr().out
+    )
+    assert json.loads((sequence / "config.json").read_text())["max_seq_length"] == 24
+    # A token task reads the folder's length too (its model does not read the folder's pooling).
+    token_data = write_rows(tmp_path / "entities.jsonl", entity_rows(12))
+    flags = [
+        "--train_file",
+        str(token_data),
+        "--words_column",
+        "words",
+        "--tags_column",
+        "tags",
+        "--do_train",
+    ]
+    token = train(str(backbone), tmp_path / "token", *flags).output_dir
+    assert (
+        "Text length: 24 tokens (from the max_seq_length of its sentence_bert_config.json)"
+        in capsys.readouterr().out
+    )
+    assert json.loads((token / "tokenizer_config.json").read_text())["model_max_length"] == 24
+    # Continuing a saved model: its length, or a longer one asked for (its tokenizer's saved 24 is no limit).
+    train(str(sequence), tmp_path / "again", *files(tmp_path))
+    assert "Text length: 24 tokens (from the saved model's max_seq_length)" in capsys.readouterr().out
+    longer = train(str(sequence), tmp_path / "longer", *files(tmp_path), "--max_seq_length", "48").output_dir
+    assert "Text length: 48 tokens (from --max_seq_length)" in capsys.readouterr().out
+    assert json.loads((longer / "tokenizer_config.json").read_text())["model_max_length"] == 48
+    # A plain backbone: its tokenizer's 512, capped at its 64 positions.
+    plain = train(tiny_backbone_path, tmp_path / "plain", *files(tmp_path)).output_dir
+    assert "Text length: 64 tokens (from the backbone's positions)" in capsys.readouterr().out
+    assert json.loads((plain / "config.json").read_text())["max_seq_length"] == 64

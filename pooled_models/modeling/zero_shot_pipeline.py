@@ -25,6 +25,7 @@ torch, transformers and its sibling model files.
 
 from __future__ import annotations
 
+from string import Formatter
 from typing import Any
 
 import torch
@@ -34,7 +35,13 @@ from transformers.utils import logging
 
 from .label_text import label_text_token_ids, pad_label_ids
 
-__all__ = ["LabelTextZeroShotPipeline", "ranked_labels", "register_zero_shot_pipeline", "reads_label_texts"]
+__all__ = [
+    "LabelTextZeroShotPipeline",
+    "ranked_labels",
+    "register_zero_shot_pipeline",
+    "reads_label_texts",
+    "template_refusal",
+]
 
 TASK = "zero-shot-classification"
 # The label texts as the model read them in training; transformers' NLI default is "This example is {}."
@@ -71,11 +78,9 @@ class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):
 
     def _label_inputs(self, labels: list[str], template: str) -> dict[str, Any]:
         """The candidate labels as the model reads them, tokenised once for the whole call."""
-        if template.format(labels[0]) == template:
-            raise ValueError(
-                f'The provided hypothesis_template "{template}" was not able to be formatted with the target labels. '
-                "Make sure the passed template includes formatting syntax such as {} where the label should go."
-            )
+        reason = template_refusal(template)
+        if reason is not None:
+            raise ValueError(reason)
         texts = [template.format(label) for label in labels]
         config = self.model.config
         own = {str(name): int(index) for index, name in config.id2label.items()}
@@ -121,6 +126,32 @@ class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):
             "sequence": output["sequence"],
             **ranked_labels(output["candidate_labels"], output["logits"], multi_label),
         }
+
+
+def template_refusal(template: object) -> str | None:
+    """Why ``template`` cannot place a label, or None: a template is a string with exactly one bare ``{}`` where the
+    label goes (other braces doubled, ``{{`` and ``}}``). Positional or named fields (``{0}``, ``{name}``), format
+    specs and conversions (``{:>10}``, ``{!r}``), a second field and unbalanced braces are refused: they would fail,
+    or place something else than the label as the model reads it."""
+    if not isinstance(template, str):
+        return f"hypothesis_template must be a string with {{}} where the label goes, got {type(template).__name__}."
+    try:
+        fields = [field for _, *field in Formatter().parse(template) if field[0] is not None]
+    except ValueError as error:  # "Single '{' encountered in format string"
+        return f"hypothesis_template {template!r} is not a format string ({error}); write a literal brace as {{{{ or }}}}."
+    if fields != [["", "", None]]:
+        return (
+            f"hypothesis_template {template!r} must hold exactly one {{}} (no name, index, format spec or conversion) "
+            f"where the label goes, and double any other brace ({{{{ and }}}}); it holds "
+            f"{len(fields)} replacement field{'s' * (len(fields) != 1)}"
+            + (f": {', '.join(_field_text(field) for field in fields)}." if fields else ".")
+        )
+    return None
+
+
+def _field_text(field: list) -> str:
+    name, spec, conversion = field
+    return "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
 
 
 def ranked_labels(labels: list[str], logits: torch.Tensor, multi_label: bool) -> dict[str, list]:

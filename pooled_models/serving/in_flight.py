@@ -62,8 +62,10 @@ class InFlightRequests:
         with self._lock:
             same_id = self._by_id.setdefault(request_id, [])
             sent = prompts
-            while any(entry.prompts == sent for entry in same_id):
+            if any(entry.prompts == sent for entry in same_id):
                 sent = (*prompts, tag(next(self._nonces)))
+                if any(entry.prompts == sent for entry in same_id):
+                    raise RuntimeError("a tag prompt repeated another request's prompts: tags must be unique")
             entry = _Entry(request_id, sent, state, next(self._serials))
             same_id.append(entry)
             self._oldest_first[entry.serial] = entry

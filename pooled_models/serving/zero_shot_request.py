@@ -57,7 +57,8 @@ def parse_request(data: object, own_labels: dict[str, int] | None) -> ZeroShotRe
         if unknown_labels:
             raise ValueError(
                 f"candidate_labels: this model scores its own labels only (label_text_scorer='per_label'): "
-                f"{', '.join(map(repr, unknown_labels))} is not one of them ({', '.join(own_labels)}). A model trained "
+                f"{', '.join(map(repr, unknown_labels))} {'is' if len(unknown_labels) == 1 else 'are'} not one of "
+                f"them ({', '.join(own_labels)}). A model trained "
                 "with label_text_scorer='shared' scores any labels."
             )
     return ZeroShotRequest(texts, labels, label_texts, multi_label)

@@ -79,6 +79,16 @@ def test_the_registered_pipeline_scores_new_labels_as_the_model_does(folder):
     )
 
 
+@pytest.mark.parametrize("template", ["{} and {}", "{0}", "{label}", "{:>9}", "about {", "no field"])
+def test_a_template_that_cannot_place_the_label_is_refused_naming_it(folder, template):
+    path, _ = folder
+    classify = pipeline("zero-shot-classification", model=str(path))
+    # The rule the served route applies too (pooled_models/serving/zero_shot_request.py).
+    with pytest.raises(ValueError, match="hypothesis_template") as refused:
+        classify(TEXTS[0], candidate_labels=NEW, hypothesis_template=template)
+    assert str(refused.value) == zero_shot_pipeline.template_refusal(template)
+
+
 def test_labels_are_tokenised_once_per_call_and_batching_changes_nothing(folder, monkeypatch):
     path, _ = folder
     classify = pipeline("zero-shot-classification", model=str(path))

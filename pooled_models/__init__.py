@@ -3,7 +3,8 @@
 Importing the package registers ``PooledConfig`` (model_type ``"pooled"``) and the ``Pooled*`` models
 with ``AutoConfig``, ``AutoModel``, ``AutoModelForSequenceClassification`` and ``AutoModelForTokenClassification``,
 and ``PooledMultiTaskConfig`` (model_type ``"pooled_multitask"``) with ``AutoConfig`` and ``AutoModel``, so pooled
-checkpoints load with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``. It imports the model room
+checkpoints load with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``; and it registers
+``pipeline("zero-shot-classification")`` for label-text classifiers (``modeling/zero_shot_pipeline.py``). It imports the model room
 only (and ``export_onnx``, which imports onnx when called): the CLI (``pooled_models.train``) and the sweep (``pooled_models.sweep``) need their extras and are imported on use.
 """
 
@@ -26,6 +27,7 @@ from .modeling.modeling_pooled import PooledForSequenceClassification, PooledMod
 from .modeling.modeling_token import PooledForTokenClassification
 from .modeling.pooling import POOLERS, Pooler, TokenPooler, get_pooler_class, register_pooler
 from .modeling.registry import HEADS, LABEL_TOKEN_INITS, MULTI_LABEL_LOSSES, POOLINGS
+from .modeling.zero_shot_pipeline import register_zero_shot_pipeline
 
 __version__ = "0.3.0"
 
@@ -62,3 +64,6 @@ AutoModelForSequenceClassification.register(PooledConfig, PooledForSequenceClass
 AutoModelForTokenClassification.register(PooledConfig, PooledForTokenClassification, exist_ok=True)
 AutoConfig.register(PooledMultiTaskConfig.model_type, PooledMultiTaskConfig, exist_ok=True)
 AutoModel.register(PooledMultiTaskConfig, PooledForMultiTask, exist_ok=True)
+# pipeline("zero-shot-classification") for label-text classifiers, transformers' own for every other model. A
+# checkpoint's own code finds it through config.json's custom_pipelines (modeling/pipeline_reference.py).
+register_zero_shot_pipeline()

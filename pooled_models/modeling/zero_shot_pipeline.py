@@ -15,9 +15,9 @@ model and, for a label-text classifier:
   ``"per_label"``; other labels are refused by name;
 * returns what transformers' returns: ``{"sequence", "labels", "scores"}``, labels sorted by score.
 
-It is registered when this module is imported, which ``import pooled_models`` does and so does loading a pooled
-checkpoint with ``trust_remote_code=True``: ``AutoConfig`` imports the checkpoint's copy of the config module (which
-imports this one) before ``pipeline()`` picks the task's class.
+``import pooled_models`` registers it (``register_zero_shot_pipeline``), where the package registers its Auto classes.
+A label-text checkpoint loaded with ``trust_remote_code=True`` where the package is absent finds it through its
+config.json's ``custom_pipelines`` and this file, saved next to the checkpoint (``pipeline_reference.py``).
 
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
 torch, transformers and its sibling model files.
@@ -34,6 +34,7 @@ from transformers.pipelines.zero_shot_classification import ZeroShotClassificati
 from transformers.utils import logging
 
 from .label_text import label_text_token_ids, pad_label_ids
+from .pipeline_reference import TASK
 
 __all__ = [
     "LabelTextZeroShotPipeline",
@@ -43,7 +44,6 @@ __all__ = [
     "template_refusal",
 ]
 
-TASK = "zero-shot-classification"
 # The label texts as the model read them in training; transformers' NLI default is "This example is {}."
 DEFAULT_TEMPLATE = "{}"
 
@@ -54,7 +54,7 @@ def reads_label_texts(model) -> bool:
     return getattr(config, "pooling", None) == "label_text" and hasattr(model, "classifier")
 
 
-class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):
+class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):  # named by pipeline_reference.PIPELINE_CLASS
     """transformers' zero-shot pipeline, and the label-text route described in this module's docstring."""
 
     @property

@@ -57,6 +57,8 @@ def scores_by_label(result):
 
 def test_the_registered_pipeline_scores_new_labels_as_the_model_does(folder):
     path, model = folder
+    # config.json names the pipeline for remote-code loads; the package's config drops it: no trust_remote_code asked.
+    assert "zero-shot-classification" in json.loads((path / "config.json").read_text())["custom_pipelines"]
     classify = pipeline("zero-shot-classification", model=str(path))
     assert isinstance(classify, zero_shot_pipeline.LabelTextZeroShotPipeline)
     logits = expected_logits(model, classify.tokenizer, TEXTS, NEW)
@@ -144,19 +146,24 @@ def test_every_other_model_gets_transformers_nli_pipeline(tmp_path, minilm_token
 
 
 @pytest.mark.slow  # a fresh interpreter without the package
-def test_a_checkpoints_own_code_registers_the_pipeline_without_the_package(folder, tmp_path):
+def test_a_checkpoints_own_code_brings_the_pipeline_without_the_package(folder, tmp_path):
     path, model = folder
     script = f"""
         import json
         from transformers import pipeline
         classify = pipeline("zero-shot-classification", model={str(path)!r}, trust_remote_code=True)
         result = classify({TEXTS[0]!r}, candidate_labels={NEW!r})
-        print(json.dumps({{"class": type(classify).__module__, "result": result}}))
+        untasked = pipeline(model={str(path)!r}, trust_remote_code=True)  # the one task config.json names
+        print(json.dumps({{"class": type(classify).__module__, "untasked": type(untasked).__name__, "result": result}}))
     """
     completed = run_without_package(script, tmp_path)
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert report["class"].startswith("transformers_modules.")
+    # The checkpoint's own file (zero_shot_pipeline.py, saved next to it), found through config.json's custom_pipelines.
+    assert report["class"].startswith("transformers_modules.") and report["class"].endswith(
+        ".zero_shot_pipeline"
+    )
+    assert report["untasked"] == "LabelTextZeroShotPipeline"
     logits = expected_logits(model, AutoTokenizer.from_pretrained(path), TEXTS[:1], NEW)[0]
     assert scores_by_label(report["result"]) == pytest.approx(
         dict(zip(NEW, logits.softmax(-1).tolist(), strict=True)), abs=1e-5

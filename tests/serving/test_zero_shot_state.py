@@ -87,6 +87,15 @@ def test_a_per_label_model_refuses_labels_it_does_not_have_after_the_template():
         parse_request({**GOOD, "hypothesis_template": "about {}"}, own)
 
 
+def run_threads(target, count: int) -> None:
+    """``target(index)`` on ``count`` threads at once, until every one has returned."""
+    threads = [threading.Thread(target=target, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def tag(nonce: int) -> tuple[int, ...]:
     return (-1, nonce)  # ids no prompt of these tests holds
 
@@ -154,11 +163,7 @@ def test_concurrent_requests_under_few_ids_each_get_their_own_state():
             except Exception as error:  # noqa: BLE001 (collected and asserted below)
                 errors.append(error)
 
-    threads = [threading.Thread(target=client, args=(worker,)) for worker in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(client, 8)
     assert not errors and len(found) == 1600 and all(found)
     assert len(flight) == 0
 
@@ -188,9 +193,5 @@ def test_the_cache_under_concurrent_threads_stays_bounded_and_right():
                 if not torch.equal(vector, torch.full((3,), float(key))):
                     errors.append(key)
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(worker, 8)
     assert not errors and len(cache) == 16

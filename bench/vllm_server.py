@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -162,14 +163,35 @@ class Server:
         self.stop()
         raise TimeoutError(f"the server did not answer in {timeout} s:\n{self.log.read_text()[-4000:]}")
 
-    def post(self, path: str, body: dict) -> dict:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{path}",
-            data=json.dumps({"model": str(self.folder), **body}).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=60) as response:
+    def post(self, path: str, body: dict, headers: dict[str, str] | None = None) -> dict:
+        """The JSON answer to ``body`` (the served model named in it); an HTTP error raises ``HTTPError``."""
+        with urllib.request.urlopen(self._request(path, body, headers), timeout=60) as response:
             return json.loads(response.read())
+
+    def send(
+        self, path: str, body: dict | bytes, headers: dict[str, str] | None = None
+    ) -> tuple[int, object]:
+        """The HTTP status and the answer (JSON, else text) to ``body`` (a dict, the served model named in it unless
+        it names one, or raw bytes), an error status included."""
+        try:
+            with urllib.request.urlopen(self._request(path, body, headers), timeout=60) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as error:
+            status, raw = error.code, error.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def _request(
+        self, path: str, body: dict | bytes, headers: dict[str, str] | None
+    ) -> urllib.request.Request:
+        data = body if isinstance(body, bytes) else json.dumps({"model": str(self.folder), **body}).encode()
+        return urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}",
+            data=data,
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
 
     def stop(self) -> None:
         self.process.terminate()

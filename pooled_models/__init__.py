@@ -5,7 +5,8 @@ with ``AutoConfig``, ``AutoModel``, ``AutoModelForSequenceClassification`` and `
 and ``PooledMultiTaskConfig`` (model_type ``"pooled_multitask"``) with ``AutoConfig`` and ``AutoModel``, so pooled
 checkpoints load with the Auto classes and ``pipeline(...)`` without ``trust_remote_code``; and it registers
 ``attn_implementation="torch_varlen"`` (torch's own padding-free attention kernel) with transformers'
-``AttentionInterface``. It imports the model room
+``AttentionInterface``, and the pipelines of ``"text-classification"`` (texts cut at a pooled model's length) and
+``"zero-shot-classification"`` (label-text classifiers). It imports the model room
 only (and ``export_onnx``, which imports onnx when called): the CLI (``pooled_models.train``) and the sweep (``pooled_models.sweep``) need their extras and are imported on use.
 """
 
@@ -28,7 +29,9 @@ from .modeling.modeling_pooled import PooledForSequenceClassification, PooledMod
 from .modeling.modeling_token import PooledForTokenClassification
 from .modeling.pooling import POOLERS, Pooler, TokenPooler, get_pooler_class, register_pooler
 from .modeling.registry import HEADS, LABEL_TOKEN_INITS, MULTI_LABEL_LOSSES, POOLINGS
+from .modeling.text_classification_pipeline import register_text_classification_pipeline
 from .modeling.varlen_attention import TORCH_VARLEN, register_varlen_attention
+from .modeling.zero_shot_pipeline import register_zero_shot_pipeline
 
 __version__ = "0.3.0"
 
@@ -68,3 +71,8 @@ AutoConfig.register(PooledMultiTaskConfig.model_type, PooledMultiTaskConfig, exi
 AutoModel.register(PooledMultiTaskConfig, PooledForMultiTask, exist_ok=True)
 # attn_implementation="torch_varlen": torch's own padding-free attention kernel (modeling/varlen_attention.py)
 register_varlen_attention()
+# pipeline("text-classification") cutting pooled models' texts at their length, and pipeline("zero-shot-classification")
+# for label-text classifiers: transformers' own for every other model. A checkpoint's own code finds them through
+# config.json's custom_pipelines (modeling/pipeline_reference.py).
+register_text_classification_pipeline()
+register_zero_shot_pipeline()

@@ -16,6 +16,8 @@ torch, transformers (and its huggingface_hub) and its sibling model files.
 
 import copy
 import dataclasses
+import os
+import shutil
 from typing import Any, ClassVar, Literal
 
 from huggingface_hub.dataclasses import strict, validated_field
@@ -33,11 +35,10 @@ from .label_text import LabelTextPooler  # noqa: F401  (registers pooling "label
 from .label_tokens import LABEL_TOKEN_INITS  # also registers pooling "label_tokens"
 from .layer_pooling import LayerPooler  # noqa: F401  (registers the layer strategies)
 from .losses import MULTI_LABEL_LOSSES
+from .pipeline_reference import custom_pipelines, keeps_custom_pipelines, pipeline_files
 from .pooling import POOLINGS
 from .registry import Registry
-from .text_classification_pipeline import register_text_classification_pipeline
 from .text_config import TextConfigSizes
-from .zero_shot_pipeline import register_zero_shot_pipeline
 
 __all__ = ["PooledConfig", "CHOICES", "SETTINGS", "LOAD_TIME_SETTINGS"]
 
@@ -276,6 +277,8 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         refuse_engine_without_plugin()  # engines.py: vLLM without the plugin would serve another pooling
+        if not keeps_custom_pipelines(__name__):  # the package registers its pipeline (pipeline_reference.py)
+            kwargs.pop("custom_pipelines", None)
         self.backbone_config = _clean_backbone_config(self.backbone_config)
         super().__post_init__(**kwargs)
         if self.id2label is not None and self.label2id is None:
@@ -317,10 +320,18 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
 
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
         self.ensure_valid()  # never save settings that would not load back
+        # The pipelines config.json names for trust_remote_code loads (pipeline_reference.py), next to it. Before the
+        # config: transformers uploads what a save wrote (push_to_hub), the model's save included.
+        os.makedirs(save_directory, exist_ok=True)
+        for path in pipeline_files(self.pooling):
+            shutil.copy(path, os.path.join(save_directory, path.name))
         return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        return _serialised(super().to_dict())
+        output = _serialised(super().to_dict())
+        # Where a checkpoint's own code finds its pipelines (pipeline_reference.py): derived from the pooling.
+        output["custom_pipelines"] = custom_pipelines(self.pooling)
+        return output
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The backbone's config: the one that holds the text settings (``vocab_size``...), which transformers reads
@@ -375,8 +386,3 @@ def _clean_backbone_config(backbone_config: Any) -> PreTrainedConfig | None:
 
 
 PooledConfig.register_for_auto_class()
-# pipeline("text-classification") cutting texts at a pooled model's length, and pipeline("zero-shot-classification")
-# for label-text classifiers (transformers' own for every other model); here, so that a trust_remote_code load registers
-# them too, when AutoConfig imports this module's copy.
-register_text_classification_pipeline()
-register_zero_shot_pipeline()

@@ -13,9 +13,9 @@ transformers' pipeline that keeps transformers' behaviour for every other model 
 ``truncation=True, max_length=model.max_text_length(tokenizer)`` unless the caller gives ``truncation`` or
 ``max_length`` (at ``pipeline(...)`` or at the call): the length every other path cuts at (``text_length.py``).
 
-It is registered when this module is imported, which ``import pooled_models`` does and so does loading a pooled
-checkpoint with ``trust_remote_code=True`` (``AutoConfig`` imports the checkpoint's copy of the config module, which
-imports this one, before ``pipeline()`` picks the task's class).
+``import pooled_models`` registers it (``register_text_classification_pipeline``), where the package registers its
+Auto classes; a checkpoint loaded with ``trust_remote_code=True`` where the package is absent names it in config.json's
+``custom_pipelines`` and saves this file next to it (``pipeline_reference.py``).
 
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only transformers and
 its sibling model files.

@@ -15,9 +15,9 @@ model and, for a label-text classifier:
   ``"per_label"``; other labels are refused by name;
 * returns what transformers' returns: ``{"sequence", "labels", "scores"}``, labels sorted by score.
 
-It is registered when this module is imported, which ``import pooled_models`` does and so does loading a pooled
-checkpoint with ``trust_remote_code=True``: ``AutoConfig`` imports the checkpoint's copy of the config module (which
-imports this one) before ``pipeline()`` picks the task's class.
+``import pooled_models`` registers it (``register_zero_shot_pipeline``), where the package registers its Auto classes.
+A label-text checkpoint loaded with ``trust_remote_code=True`` where the package is absent finds it through its
+config.json's ``custom_pipelines`` and this file, saved next to the checkpoint (``pipeline_reference.py``).
 
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
 torch, transformers and its sibling model files.
@@ -25,17 +25,24 @@ torch, transformers and its sibling model files.
 
 from __future__ import annotations
 
+from string import Formatter
 from typing import Any
 
 import torch
 from transformers.pipelines.zero_shot_classification import ZeroShotClassificationPipeline
 
 from .label_text import label_text_token_ids, pad_label_ids
+from .pipeline_reference import ZERO_SHOT as TASK
 from .pipeline_registration import replace_task_class
 
-__all__ = ["LabelTextZeroShotPipeline", "ranked_labels", "register_zero_shot_pipeline", "reads_label_texts"]
+__all__ = [
+    "LabelTextZeroShotPipeline",
+    "ranked_labels",
+    "register_zero_shot_pipeline",
+    "reads_label_texts",
+    "template_refusal",
+]
 
-TASK = "zero-shot-classification"
 # The label texts as the model read them in training; transformers' NLI default is "This example is {}."
 DEFAULT_TEMPLATE = "{}"
 
@@ -46,7 +53,7 @@ def reads_label_texts(model) -> bool:
     return getattr(config, "pooling", None) == "label_text" and hasattr(model, "classifier")
 
 
-class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):
+class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):  # named by pipeline_reference.PIPELINE_CLASS
     """transformers' zero-shot pipeline, and the label-text route described in this module's docstring."""
 
     @property
@@ -70,11 +77,9 @@ class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):
 
     def _label_inputs(self, labels: list[str], template: str) -> dict[str, Any]:
         """The candidate labels as the model reads them, tokenised once for the whole call."""
-        if template.format(labels[0]) == template:
-            raise ValueError(
-                f'The provided hypothesis_template "{template}" was not able to be formatted with the target labels. '
-                "Make sure the passed template includes formatting syntax such as {} where the label should go."
-            )
+        reason = template_refusal(template)
+        if reason is not None:
+            raise ValueError(reason)
         texts = [template.format(label) for label in labels]
         config = self.model.config
         own = {str(name): int(index) for index, name in config.id2label.items()}
@@ -122,6 +127,32 @@ class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):
             "sequence": output["sequence"],
             **ranked_labels(output["candidate_labels"], output["logits"], multi_label),
         }
+
+
+def template_refusal(template: object) -> str | None:
+    """Why ``template`` cannot place a label, or None: a template is a string with exactly one bare ``{}`` where the
+    label goes (other braces doubled, ``{{`` and ``}}``). Positional or named fields (``{0}``, ``{name}``), format
+    specs and conversions (``{:>10}``, ``{!r}``), a second field and unbalanced braces are refused: they would fail,
+    or place something else than the label as the model reads it."""
+    if not isinstance(template, str):
+        return f"hypothesis_template must be a string with {{}} where the label goes, got {type(template).__name__}."
+    try:
+        fields = [field for _, *field in Formatter().parse(template) if field[0] is not None]
+    except ValueError as error:  # "Single '{' encountered in format string"
+        return f"hypothesis_template {template!r} is not a format string ({error}); write a literal brace as {{{{ or }}}}."
+    if fields != [["", "", None]]:
+        return (
+            f"hypothesis_template {template!r} must hold exactly one {{}} (no name, index, format spec or conversion) "
+            f"where the label goes, and double any other brace ({{{{ and }}}}); it holds "
+            f"{len(fields)} replacement field{'s' * (len(fields) != 1)}"
+            + (f": {', '.join(_field_text(field) for field in fields)}." if fields else ".")
+        )
+    return None
+
+
+def _field_text(field: list) -> str:
+    name, spec, conversion = field
+    return "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
 
 
 def ranked_labels(labels: list[str], logits: torch.Tensor, multi_label: bool) -> dict[str, list]:

@@ -1,17 +1,19 @@
 """Serving ``pooling="label_text"`` with ``label_text_layers=0``: the labels' vectors, worked out once per loaded model.
 
 With ``label_text_layers=0`` a label's vector does not depend on the text (text and label are two embeddings compared by
-the head), so the plugin works the model's own labels out once, when vLLM loads the weights, and every request runs its
-text alone through vLLM's backbone: the text's vector is the mean of its final states (as ``LabelTextPooler`` takes
+the head), so the plugin works the model's own labels out once, when vLLM has loaded the weights, and every request runs
+its text alone through vLLM's backbone: the text's vector is the mean of its final states (as ``LabelTextPooler`` takes
 it), and the checkpoint's own head (``heads.LabelTextHead``) scores it against the stored label vectors.
 
-Where the label vectors come from: vLLM's attention layers read their metadata from the forward context
-(``vllm.forward_context.get_forward_context().attn_metadata``), which the model runner sets only around a scheduled
-batch; ``load_weights`` and ``process_weights_after_loading`` run without one, and inside a forward the metadata
-describes that batch's prompts only, so other sequences (the labels) cannot run through vLLM's backbone there. The
-plugin therefore runs the labels through the checkpoint's own transformers model (``PooledForSequenceClassification``,
-built on the CPU in float32 from the weights vLLM hands ``load_weights``, then dropped): the label vectors are exactly
-the ones transformers computes, and the model's modules do the work (no maths copied here).
+Where the label vectors come from: the labels' prompts (each label's text with the marker in its first slot, as the
+open label set sends them) run through the served model's own forward in ``process_weights_after_loading``, once
+vLLM has put every layer in its runtime form. vLLM's attention layers read their metadata from the forward context,
+which exists only around a scheduled batch; there, ``plain_attention.py`` has each attention layer compute its prompts'
+attention with PyTorch's ``scaled_dot_product_attention``: vLLM's weights, device and dtype, and no second copy of the
+model. Where a model's attention is not plain (``plain_attention_refusal``: ALiBi, soft-capping, a sliding window
+shorter than twice the longest label...), the vectors come from the checkpoint's own transformers model instead
+(``PooledForSequenceClassification``, built on the CPU in float32 from the weights vLLM hands ``load_weights``, then
+dropped), as before.
 
 Labels given per request (the open label set, ``serving/zero_shot.py``) run through vLLM's backbone as prompts of
 their own: the first slot of a label's prompt holds the marker id (one past the vocabulary, ``vocabulary.py`` makes
@@ -23,17 +25,34 @@ a label's (``label_text_pooling``) or a text's (the mean of its states).
 from __future__ import annotations
 
 import torch
+from torch import nn
+from vllm.logger import init_logger
 from vllm.model_executor.layers.pooler.common import PoolingParamsUpdate
 from vllm.v1.pool.metadata import PoolingMetadata
 
+from ..modeling.checkpoint_loading import read_tokenizer_settings
 from ..modeling.label_text_layout import masked_mean, segment_vectors
 from ..modeling.text_config import text_config_of
+from .plain_attention import plain_attention, plain_attention_refusal
 from .pooler import PooledModelPooler, padded_states
 
-__all__ = ["LabelTextModelPooler", "PLUGIN_TASK"]
+__all__ = ["LabelTextModelPooler", "PLUGIN_TASK", "own_label_prompts"]
+
+logger = init_logger(__name__)
 
 # vLLM's task for requests an IO-processor plugin makes (the zero-shot route): one vector per prompt.
 PLUGIN_TASK = "plugin"
+
+
+def own_label_prompts(config) -> list[list[int]]:
+    """The model's own labels' prompts: each label's text (description included, ``label_text_ids``) with the marker
+    (one past the vocabulary) in its first slot. As transformers builds the model: a config without the label texts'
+    ids gets them from the tokenizer saved with the checkpoint (``read_tokenizer_settings``, which sets them on
+    ``config``), else each label is its marker alone (``LabelTextPooler``)."""
+    if config.label_text_ids is None:
+        read_tokenizer_settings(config)
+    marker = int(text_config_of(config).vocab_size)
+    return [[marker, *ids[1:]] for ids in config.label_text_ids or [[0]] * config.num_labels]
 
 
 class LabelTextModelPooler(PooledModelPooler):
@@ -44,18 +63,45 @@ class LabelTextModelPooler(PooledModelPooler):
         super().__init__(config, pooling, head, (*tasks, PLUGIN_TASK), layers, num_hidden_states)
         self.label_pooling = config.label_text_pooling
         self.vocabulary = int(text_config_of(config).vocab_size)
+        self.label_prompts = own_label_prompts(config)
         self.register_buffer(
             "label_vectors", torch.zeros(config.num_labels, pooling.output_dim), persistent=False
         )
+        self.label_vectors_ready = False
 
     def get_pooling_updates(self, task) -> PoolingParamsUpdate:
         # The plugin task tells a label's prompt from a text's by its first id (the marker, past the vocabulary).
         return PoolingParamsUpdate(requires_token_ids=task == PLUGIN_TASK)
 
-    # -- load time ---------------------------------------------------------------------------------------------
+    # -- load time: the model's own labels' vectors ----------------------------------------------------------------
 
-    def weights_loaded(self, config, backbone_weights: dict[str, torch.Tensor]) -> None:
-        """Work out the model's own label vectors with the checkpoint's transformers model (see the module's doc)."""
+    def weights_loaded(self, model: nn.Module, config, backbone_weights: dict[str, torch.Tensor]) -> None:
+        """Called by ``load_weights``: the vectors wait for ``after_loading`` where the served model can run the
+        labels' prompts itself; otherwise they are worked out here with the checkpoint's transformers model."""
+        reason = plain_attention_refusal(model, max(map(len, self.label_prompts)))
+        if reason is not None:
+            logger.warning(
+                "pooling='label_text': the labels' vectors come from the checkpoint's transformers model (a float32 "
+                "copy on the CPU while loading): %s.",
+                reason,
+            )
+            self._vectors_from_transformers(config, backbone_weights)
+
+    def after_loading(self, model: nn.Module) -> None:
+        """Called by the model's ``process_weights_after_loading``: the labels' prompts through ``model``'s forward."""
+        if self.label_vectors_ready:
+            return
+        device = self.label_vectors.device
+        lengths = [len(prompt) for prompt in self.label_prompts]
+        input_ids = torch.tensor([i for prompt in self.label_prompts for i in prompt], device=device)
+        positions = torch.cat([torch.arange(length, device=device) for length in lengths])
+        with torch.no_grad(), plain_attention(model, lengths):
+            states = model(input_ids, positions)
+        vectors = torch.stack([self._label_vector(part) for part in torch.split(states, lengths)])
+        self._keep(vectors)
+
+    def _vectors_from_transformers(self, config, backbone_weights: dict[str, torch.Tensor]) -> None:
+        """The label vectors from the checkpoint's own transformers model, built on the CPU in float32, then dropped."""
         from ..modeling.modeling_pooled import PooledForSequenceClassification
 
         with torch.device("cpu"):
@@ -78,7 +124,16 @@ class LabelTextModelPooler(PooledModelPooler):
                 model._backbone_call(), {"input_ids": text, "attention_mask": torch.ones_like(text)}, False
             )[1][0, 1:]
         del model
+        self._keep(vectors)
+
+    def _keep(self, vectors: torch.Tensor) -> None:
         self.label_vectors.copy_(vectors.to(self.label_vectors.device, self.label_vectors.dtype))
+        self.label_vectors_ready = True
+
+    def _label_vector(self, states: torch.Tensor) -> torch.Tensor:
+        """One label's vector from its prompt's final states ``[tokens, H]`` (``label_text_pooling``)."""
+        mask = torch.ones(1, states.shape[0], dtype=torch.long, device=states.device)
+        return segment_vectors(states.unsqueeze(0), mask, self.label_pooling)[0]
 
     # -- forward -------------------------------------------------------------------------------------------------
 
@@ -92,6 +147,11 @@ class LabelTextModelPooler(PooledModelPooler):
 
     def pool(self, hidden_states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """``[requests, 1 + L, H]``: each text's vector, then the model's own labels' (what the head reads)."""
+        if not self.label_vectors_ready:
+            raise RuntimeError(
+                "pooling='label_text': the labels' vectors were never worked out (vLLM did not call the model's "
+                "process_weights_after_loading)"
+            )
         padded, mask = padded_states(hidden_states, lengths)
         text = masked_mean(padded, mask, dim=1)
         labels = self.label_vectors.to(text.dtype).unsqueeze(0).expand(text.shape[0], -1, -1)
@@ -112,9 +172,9 @@ class LabelTextModelPooler(PooledModelPooler):
                 # A classify request batched with plugin ones: the same answer as in a batch of its own.
                 outputs.extend(super().forward(states, pooling_metadata[index : index + 1]))
                 continue
-            mask = torch.ones(1, states.shape[0], dtype=torch.long, device=states.device)
             if int(token_ids[index][0]) >= self.vocabulary:  # a label's prompt: its marker comes first
-                outputs.append(segment_vectors(states.unsqueeze(0), mask, self.label_pooling)[0])
+                outputs.append(self._label_vector(states))
             else:
+                mask = torch.ones(1, states.shape[0], dtype=torch.long, device=states.device)
                 outputs.append(masked_mean(states.unsqueeze(0), mask, dim=1)[0])
         return outputs

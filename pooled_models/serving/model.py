@@ -132,9 +132,15 @@ class _ServedPooled(nn.Module):
         self.pooler.load_state_dict(own, strict=True)  # raises naming missing and unexpected keys
         if isinstance(self.pooler, LabelTextModelPooler):
             self.pooler.weights_loaded(
-                self.config, self.family.transformers_state(self.backbone, dict(backbone))
+                self, self.config, self.family.transformers_state(self.backbone, dict(backbone))
             )
         return loaded | {f"pooler.{name}" for name in own}
+
+    def process_weights_after_loading(self) -> None:
+        """vLLM's model-level hook, once every layer is in its runtime form: a label-text model's own labels' vectors
+        (``label_text.py``)."""
+        if isinstance(self.pooler, LabelTextModelPooler):
+            self.pooler.after_loading(self)
 
     def _own_name(self, name: str) -> str | None:
         """The name in PooledModelPooler of a checkpoint weight of the pooler or head, or None."""

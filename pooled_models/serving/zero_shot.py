@@ -5,13 +5,16 @@ A request's ``data``: ``texts`` (a string or a list), ``candidate_labels`` (a li
 the pipeline takes them), ``multi_label`` (default False) and ``hypothesis_template`` (default ``"{}"``). Its answer:
 one ``{"sequence", "labels", "scores"}`` per text, labels sorted by score.
 
-How a request runs (vLLM 0.32's ``PluginWithIOProcessorPlugins``): ``parse_data`` checks it (a bad request is a
-``ValueError`` naming the field, which the server answers with HTTP 400 and goes on serving); ``pre_process`` turns it
-into prompts for the engine, each label's text once per request (not once per text) with the label marker in its first
-slot, then each text as the pipeline tokenises it; the engine gives one vector per prompt (the ``plugin`` task of
-``label_text.LabelTextModelPooler``); ``post_process`` scores every text against every label with the checkpoint's own
-head (``heads.LabelTextHead``, its few weights read from the checkpoint here) and ranks them as the pipeline does
-(``zero_shot_pipeline.ranked_labels``).
+How a request runs (vLLM 0.32's ``PluginWithIOProcessorPlugins``): ``parse_data`` checks it
+(``zero_shot_request.py``: a bad request is a ``ValueError`` naming the field, which the server answers with HTTP 400
+and goes on serving); ``pre_process`` turns it into prompts for the engine: each label whose vector is not cached
+(``label_vector_cache.py``: across requests, per served model, keyed by the label's text) once per request (not once
+per text), its text with the label marker in its first slot, then each text as the pipeline tokenises it; the engine
+gives one vector per prompt (the ``plugin`` task of ``label_text.LabelTextModelPooler``); ``post_process`` finds the
+request again by its id and its prompts (``in_flight.py``: an id alone is the client's to choose), caches the new
+label vectors, scores every text against every label with the checkpoint's own head (``heads.LabelTextHead``, its few
+weights read from the checkpoint here) and ranks them as the pipeline does (``zero_shot_pipeline.ranked_labels``). A
+request whose labels are all cached runs one prompt per text.
 
 A model with ``label_text_scorer="per_label"`` scores its own labels only (a subset of ``id2label``, as the pipeline);
 its prompts are then its own label texts, as it was built with them (descriptions included).
@@ -22,7 +25,6 @@ Registered under the ``vllm.io_processor_plugins`` entry point ``pooled_models_z
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +39,14 @@ from vllm.pooling_params import PoolingParams
 from ..modeling.heads import LabelTextHead
 from ..modeling.label_text import label_text_token_ids
 from ..modeling.text_length import text_length
-from ..modeling.zero_shot_pipeline import DEFAULT_TEMPLATE, ranked_labels
+from ..modeling.zero_shot_pipeline import ranked_labels
 from .checkpoint_keys import renamed_key
+from .in_flight import InFlightRequests, Prompts
+from .label_text import own_label_prompts
+from .label_vector_cache import LabelVectorCache
 from .multitask_support import head_location, served_config
 from .vocabulary import marker_id
+from .zero_shot_request import MAX_CANDIDATE_LABELS, MAX_TEXTS, ZeroShotRequest, parse_request
 
 __all__ = [
     "ZeroShotIOProcessor",
@@ -53,11 +59,6 @@ __all__ = [
 ]
 
 PLUGIN_NAME = "pooled_models_zero_shot"
-# The most candidate labels and texts one request may carry (every label's prompt and every text's run in the request).
-MAX_CANDIDATE_LABELS = 256
-MAX_TEXTS = 256
-# Requests between pre_process and post_process kept at most (the oldest dropped first).
-MAX_PENDING = 4096
 
 
 def plugin() -> str:
@@ -65,12 +66,28 @@ def plugin() -> str:
     return f"{__name__}.ZeroShotIOProcessor"
 
 
+def served_text_length(config, tokenizer, max_model_len: int) -> int:
+    """The one place the plugin's text length is decided: the most tokens of a text it sends to the engine.
+
+    The model's length, as the zero-shot pipeline cuts a text (``PooledPreTrainedModel.max_text_length``: the config's
+    ``max_seq_length``, else the tokenizer's ``model_max_length``), never more than the engine takes (its
+    ``max_model_len``, which vLLM reads from the ``sentence_bert_config.json`` that ``save_pretrained`` writes with
+    that same length, else from the backbone's positions and the tokenizer). A longer text is cut there and answered,
+    never refused by the engine."""
+    return text_length(config.max_seq_length, getattr(tokenizer, "model_max_length", None), max_model_len)
+
+
 @dataclass
-class ZeroShotRequest:
-    texts: list[str]
-    labels: list[str]  # as the caller gave them (the answer's names)
-    label_texts: list[str]  # as the model reads them (the template filled in)
-    multi_label: bool
+class _Pending:
+    """What ``post_process`` needs of a request beyond the engine's outputs."""
+
+    request: ZeroShotRequest
+    label_keys: list[str]  # every label the head scores, in order (the cache's keys)
+    sent_labels: list[
+        str
+    ]  # those whose prompts were sent (uncached at pre_process), in order: the first prompts
+    cached: dict[str, torch.Tensor]  # the others' vectors, taken at pre_process
+    columns: list[int] | None  # per_label: the asked labels among the model's own, in the caller's order
 
 
 class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
@@ -88,54 +105,27 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
             )
         self.config = config
         self.tokenizer = renderer.get_tokenizer()
-        self.text_length = served_text_length(config, self.tokenizer, vllm_config.model_config.max_model_len)
         self.marker = marker_id(config)
-        self.own_labels = {str(name): int(index) for index, name in config.id2label.items()}
+        self.max_model_len = vllm_config.model_config.max_model_len
+        self.text_length = served_text_length(config, self.tokenizer, self.max_model_len)
+        # per_label: the model's own labels, in index order, and the prompts it was built with (descriptions included).
+        own = sorted((int(index), str(name)) for index, name in config.id2label.items())
+        self.own_labels = {name: index for index, name in own}
+        self.own_prompts = (
+            None
+            if config.label_text_scorer == "shared"
+            else {name: tuple(ids) for (_, name), ids in zip(own, own_label_prompts(config), strict=True)}
+        )
         self.head = _load_head(
             config, vllm_config.model_config, *head_location(vllm_config.model_config.hf_config)
         )
-        # The request a pre_process call made, by request id, until its post_process (offline: None).
-        self._pending: dict[str | None, tuple[ZeroShotRequest, list[int] | None]] = {}
-        self._lock = threading.Lock()
+        self.label_vectors = LabelVectorCache()
+        self.in_flight = InFlightRequests()
 
     # -- the request -------------------------------------------------------------------------------------------
 
     def parse_data(self, data: object) -> ZeroShotRequest:
-        if not isinstance(data, dict):
-            raise ValueError(
-                "data must be an object with texts, candidate_labels and optionally multi_label and "
-                f"hypothesis_template; got {type(data).__name__}."
-            )
-        unknown = sorted(set(data) - {"texts", "candidate_labels", "multi_label", "hypothesis_template"})
-        if unknown:
-            raise ValueError(
-                f"data has unknown fields {unknown}; valid: texts, candidate_labels, multi_label, hypothesis_template."
-            )
-        texts = data.get("texts")
-        texts = [texts] if isinstance(texts, str) else texts
-        if not isinstance(texts, list) or not texts or not all(isinstance(text, str) for text in texts):
-            raise ValueError("texts must be a string or a non-empty list of strings.")
-        if len(texts) > MAX_TEXTS:
-            raise ValueError(f"texts holds {len(texts)} texts; one request takes at most {MAX_TEXTS}.")
-        labels = _candidate_labels(data.get("candidate_labels"))
-        multi_label = data.get("multi_label", False)
-        if not isinstance(multi_label, bool):
-            raise ValueError(f"multi_label must be true or false, got {multi_label!r}.")
-        template = data.get("hypothesis_template", DEFAULT_TEMPLATE)
-        if not isinstance(template, str) or template.format(labels[0]) == template:
-            raise ValueError(
-                f"hypothesis_template must be a string with {{}} where the label goes, got {template!r}."
-            )
-        label_texts = [template.format(label) for label in labels]
-        if self.config.label_text_scorer != "shared":
-            unknown_labels = [text for text in label_texts if text not in self.own_labels]
-            if unknown_labels:
-                raise ValueError(
-                    f"candidate_labels: this model scores its own labels only (label_text_scorer="
-                    f"{self.config.label_text_scorer!r}): {', '.join(map(repr, unknown_labels))} is not one of them "
-                    f"({', '.join(self.own_labels)}). A model trained with label_text_scorer='shared' scores any labels."
-                )
-        return ZeroShotRequest(texts, labels, label_texts, multi_label)
+        return parse_request(data, None if self.own_prompts is None else self.own_labels)
 
     def merge_pooling_params(self, params: PoolingParams | None = None) -> PoolingParams:
         params = params or PoolingParams()
@@ -145,70 +135,91 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
     def pre_process(
         self, prompt: ZeroShotRequest, request_id: str | None = None, **kwargs
     ) -> list[TokensPrompt]:
-        if self.config.label_text_scorer == "shared":
-            label_ids, columns = label_text_token_ids(prompt.label_texts, self.tokenizer), None
+        if self.own_prompts is None:
+            label_keys, columns = list(prompt.label_texts), None
         else:  # the model's own labels, as it was built with them; the asked ones are picked after scoring
-            label_ids = [list(ids) for ids in self.config.label_text_ids]
-            columns = [self.own_labels[text] for text in prompt.label_texts]
-        with self._lock:
-            self._pending[request_id] = (prompt, columns)
-            while (
-                len(self._pending) > MAX_PENDING
-            ):  # requests the engine refused after pre_process never come back
-                self._pending.pop(next(iter(self._pending)))
-        labels = [TokensPrompt(prompt_token_ids=[self.marker, *ids[1:]]) for ids in label_ids]
-        # As the pipeline tokenises a text: the tokenizer's special tokens, cut at the model's length.
-        encoded = self.tokenizer(prompt.texts, truncation=True, max_length=self.text_length)["input_ids"]
-        return labels + [TokensPrompt(prompt_token_ids=list(ids)) for ids in encoded]
+            label_keys, columns = list(self.own_prompts), [self.own_labels[t] for t in prompt.label_texts]
+        cached = self.label_vectors.lookup(label_keys)
+        sent_labels = [key for key in label_keys if key not in cached]
+        if self.own_prompts is not None:
+            label_prompts = [self.own_prompts[key] for key in sent_labels]
+        elif sent_labels:  # (a tokenizer fails on an empty list)
+            label_prompts = [self._label_prompt(ids) for ids in _label_ids(sent_labels, self.tokenizer)]
+        else:
+            label_prompts = []
+        # As the pipeline tokenises a text: the tokenizer's special tokens, truncated.
+        encoded = self.tokenizer(list(prompt.texts), truncation=True, max_length=self.text_length)[
+            "input_ids"
+        ]
+        text_prompts = [tuple(ids) for ids in encoded]
+        self._check_lengths(sent_labels, label_prompts, text_prompts)
+        pending = _Pending(prompt, label_keys, sent_labels, cached, columns)
+        prompts = self.in_flight.add(request_id, (*label_prompts, *text_prompts), pending, self._tag)
+        return [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]
 
     def post_process(
         self, model_output: Sequence[PoolingRequestOutput], request_id: str | None = None, **kwargs
     ) -> list[dict]:
-        with self._lock:
-            prompt, columns = self._pending.pop(request_id)
-        vectors = torch.stack([output.outputs.data for output in model_output]).float()
-        num_labels = len(vectors) - len(prompt.texts)
-        texts, labels = vectors[num_labels:], vectors[:num_labels]
+        prompts: Prompts = tuple(tuple(output.prompt_token_ids) for output in model_output)
+        pending: _Pending = self.in_flight.take(request_id, prompts)
+        vectors = [output.outputs.data for output in model_output]
+        sent = len(pending.sent_labels)
+        new = {
+            key: vector.detach().clone() for key, vector in zip(pending.sent_labels, vectors, strict=False)
+        }
+        self.label_vectors.store(new)
+        found = {**pending.cached, **new}
+        labels = torch.stack([found[key] for key in pending.label_keys]).float()
+        texts = torch.stack(vectors[sent : sent + len(pending.request.texts)]).float()
         pooled = torch.cat([texts.unsqueeze(1), labels.unsqueeze(0).expand(len(texts), -1, -1)], dim=1)
         with torch.no_grad():
             logits = self.head(pooled)
-        if columns is not None:
-            logits = logits[:, columns]
+        if pending.columns is not None:
+            logits = logits[:, pending.columns]
+        request = pending.request
         return [
-            {"sequence": text, **ranked_labels(prompt.labels, row, prompt.multi_label)}
-            for text, row in zip(prompt.texts, logits, strict=True)
+            {"sequence": text, **ranked_labels(list(request.labels), row, request.multi_label)}
+            for text, row in zip(request.texts, logits, strict=True)
         ]
 
+    # -- prompts -------------------------------------------------------------------------------------------------
 
-def served_text_length(config, tokenizer, max_model_len: int) -> int:
-    """The one place the plugin's text length is decided: the most tokens of a text it sends to the engine.
+    def _label_prompt(self, ids) -> tuple[int, ...]:
+        """A label's prompt: its text's ids with the label marker in the first slot (where the tokenizer put its first
+        special token), as transformers' ``LabelTokenInput`` reads it."""
+        return (self.marker, *ids[1:])
 
-    The model's length, as the zero-shot pipeline cuts a text (``PooledPreTrainedModel.max_text_length``: the config's
-    ``max_seq_length``, else the tokenizer's ``model_max_length``), never more than the engine takes (its
-    ``max_model_len``, which vLLM reads from the ``sentence_bert_config.json`` that ``save_pretrained`` writes with
-    that same length, else from the backbone's positions and the tokenizer). A longer text is cut there and answered,
-    never refused by the engine."""
-    return text_length(config.max_seq_length, getattr(tokenizer, "model_max_length", None), max_model_len)
+    def _tag(self, nonce: int) -> tuple[int, ...]:
+        """A prompt that tells two requests with the same id and the same prompts apart (``in_flight.py``): the marker,
+        then ``nonce`` in base vocabulary size. Its vector is not read."""
+        digits = []
+        while nonce:
+            nonce, digit = divmod(nonce, self.marker)
+            digits.append(digit)
+        return (self.marker, *digits)
+
+    def _check_lengths(self, sent_labels, label_prompts, text_prompts) -> None:
+        """Refuse, naming the field, a prompt longer than the engine takes (vLLM would refuse it after pre_process)."""
+        for index, ids in enumerate(text_prompts):
+            if len(ids) > self.max_model_len:
+                raise ValueError(
+                    f"texts[{index}] is {len(ids)} tokens long after truncation to "
+                    f"{self.text_length} tokens (as the "
+                    f"pipeline reads it); this engine takes at most {self.max_model_len} tokens (max_model_len)."
+                )
+        for key, ids in zip(sent_labels, label_prompts, strict=True):
+            if len(ids) > self.max_model_len:
+                raise ValueError(
+                    f"candidate_labels: {key!r} (after the hypothesis_template) is {len(ids)} tokens long with the "
+                    f"label marker; this engine takes at most {self.max_model_len} tokens (max_model_len)."
+                )
 
 
-def _candidate_labels(value) -> list[str]:
-    """The candidate labels as the pipeline reads them (a list, or one comma-separated string), checked."""
-    if isinstance(value, str):
-        value = [label.strip() for label in value.split(",") if label.strip()]
-    if not isinstance(value, list) or not value:
-        raise ValueError(
-            "candidate_labels must be a non-empty list of label names (or one comma-separated string)."
-        )
-    if not all(isinstance(label, str) and label.strip() for label in value):
-        raise ValueError("candidate_labels must hold non-empty strings.")
-    if len(value) > MAX_CANDIDATE_LABELS:
-        raise ValueError(
-            f"candidate_labels holds {len(value)} labels; one request takes at most {MAX_CANDIDATE_LABELS}."
-        )
-    repeated = sorted({label for label in value if value.count(label) > 1})
-    if repeated:
-        raise ValueError(f"candidate_labels names {', '.join(map(repr, repeated))} more than once.")
-    return list(value)
+def _label_ids(label_texts: list[str], tokenizer) -> list[list[int]]:
+    try:
+        return label_text_token_ids(label_texts, tokenizer)
+    except ValueError as error:  # a label of special tokens only
+        raise ValueError(f"candidate_labels: {error}") from None
 
 
 def _load_head(config, model_config, prefix: str, legacy_key_mapping: dict[str, str]) -> LabelTextHead:

@@ -1,6 +1,6 @@
 """Where a run's model comes from: a backbone (a Hub id, a folder, or a ``package:`` name resolved to the folder its
 package ships), or a model an earlier train.py run saved, which the run continues or evaluates. A saved model is
-checked before anything is written: its config.json names no code to run (``custom_pipelines``, an ``auto_map``
+checked before anything is written: its config.json names no code to run (``custom_pipelines`` or an ``auto_map``
 other than pooled_models' own), its weights are safetensors, and it has the run's tasks."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ..modeling.configuration_multitask import SEQUENCE, TOKEN, PooledMultiTaskC
 from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.modeling_multitask import MULTITASK_AUTO_MAP
 from ..modeling.modeling_pooled import AUTO_MAP
+from ..modeling.pipeline_reference import custom_pipelines
 from ..modeling.sources import PackagedBackboneError, code_refusal, resolve_packaged_backbone
 
 if TYPE_CHECKING:  # an annotation only
@@ -147,7 +148,11 @@ OUR_AUTO_MAPS = (
 
 
 def _refuse_code_references(name: str, config_dict: dict) -> None:
-    found = [key for key in ("custom_pipelines", "trust_remote_code") if config_dict.get(key)]
+    found = [key for key in ("trust_remote_code",) if config_dict.get(key)]
+    # A label-text checkpoint of ours names its own zero-shot pipeline (modeling/pipeline_reference.py): never run here.
+    pipelines = config_dict.get("custom_pipelines")
+    if pipelines and pipelines != custom_pipelines(config_dict.get("pooling")):
+        found.insert(0, "custom_pipelines")
     auto_map = config_dict.get("auto_map") or {}
     if isinstance(auto_map, dict):
         ours = next(

@@ -88,30 +88,67 @@ def test_a_model_file_imports_only_the_standard_library_torch_transformers_and_i
 
 # The model files only a task model's checkpoint needs (a sequence classifier's does not name them in its auto_map).
 TASK_MODEL_FILES = {"modeling_token.py", "modeling_multitask.py", "configuration_multitask.py"}
+# The zero-shot pipeline: only a label-text checkpoint's config.json names it (custom_pipelines); every other pooled
+# config names the text-classification pipeline, whose files the model's own files include.
+PIPELINE_FILES = {"zero_shot_pipeline.py"}
+# The text-classification pipeline and what both pipelines import: a multi-task checkpoint names no pipeline.
+TEXT_PIPELINE_FILES = {"text_classification_pipeline.py", "pipeline_registration.py"}
 
 
 def saved_checkpoints(tmp_path):
     """One checkpoint of every kind of pooled model: folder -> the model room files it must hold."""
     every = {path.name for path in MODEL_FILES}
-    # label_tokens: the pooling with the most modules behind it.
+    # label_tokens: the pooling with the most modules behind it; label_text: the one whose config names a pipeline.
     for pooling, settings in (("mean", {}), ("label_tokens", {"label_token_init": "random"})):
         tiny_model(pooling, **settings).save_pretrained(tmp_path / pooling)
-        yield tmp_path / pooling, every - TASK_MODEL_FILES
+        yield tmp_path / pooling, every - TASK_MODEL_FILES - PIPELINE_FILES
+    tiny_model("label_text").save_pretrained(tmp_path / "label_text")
+    yield tmp_path / "label_text", every - TASK_MODEL_FILES
     torch.manual_seed(0)
     token = tiny_model("mean", model_class=PooledForTokenClassification)
     token.save_pretrained(tmp_path / "token")
-    yield tmp_path / "token", every - {"modeling_multitask.py", "configuration_multitask.py"}
+    yield tmp_path / "token", every - {"modeling_multitask.py", "configuration_multitask.py"} - PIPELINE_FILES
     tiny_multitask_model().save_pretrained(tmp_path / "multitask")
-    yield tmp_path / "multitask", every
+    yield tmp_path / "multitask", every - PIPELINE_FILES - TEXT_PIPELINE_FILES
 
 
 def test_the_files_saved_next_to_a_checkpoint_are_the_model_room_its_auto_map_needs(tmp_path):
     for folder, expected in saved_checkpoints(tmp_path):
         saved = {path.name for path in folder.glob("*.py")}
         assert saved == expected, folder.name
-        auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
-        for reference in auto_map.values():
+        config = json.loads((folder / "config.json").read_text())
+        references = [*config["auto_map"].values()]
+        references += [task["impl"] for task in config.get("custom_pipelines", {}).values()]
+        for reference in references:
             assert f"{reference.split('.')[0]}.py" in saved, (folder.name, reference)
+        # Every pooled config names the text-classification pipeline; a label-text one the zero-shot one too.
+        expected_tasks = {
+            "label_text": {"text-classification", "zero-shot-classification"},
+            "multitask": set(),
+        }
+        tasks = set(config.get("custom_pipelines", {}))
+        assert tasks == expected_tasks.get(folder.name, {"text-classification"}), folder.name
+
+
+def import_closure(module: str) -> set[str]:
+    """The package's modules ``module`` imports, directly or through others."""
+    graph = {module_name(path): package_imports(path) - {"pooled_models"} for path in PACKAGE.rglob("*.py")}
+    found, todo = set(), [module]
+    while todo:
+        for target in graph[todo.pop()] - found:
+            found.add(target)
+            todo.append(target)
+    return found
+
+
+def test_no_config_module_imports_a_pipeline():
+    # The package registers the zero-shot pipeline where it registers its Auto classes (pooled_models/__init__.py).
+    pipeline = "pooled_models.modeling.zero_shot_pipeline"
+    for config_module in ("configuration_pooled", "configuration_multitask"):
+        assert pipeline not in import_closure(f"pooled_models.modeling.{config_module}"), config_module
+    assert pipeline in import_closure(
+        "pooled_models"
+    )  # control: the closure does reach it where it is imported
 
 
 def test_rooms_import_one_way_and_leaves_import_no_room():

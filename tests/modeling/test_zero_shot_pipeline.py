@@ -57,6 +57,8 @@ def scores_by_label(result):
 
 def test_the_registered_pipeline_scores_new_labels_as_the_model_does(folder):
     path, model = folder
+    # config.json names the pipeline for remote-code loads; the package's config drops it: no trust_remote_code asked.
+    assert "zero-shot-classification" in json.loads((path / "config.json").read_text())["custom_pipelines"]
     classify = pipeline("zero-shot-classification", model=str(path))
     assert isinstance(classify, zero_shot_pipeline.LabelTextZeroShotPipeline)
     logits = expected_logits(model, classify.tokenizer, TEXTS, NEW)
@@ -92,6 +94,16 @@ def test_a_text_longer_than_the_backbone_takes_is_cut_at_the_models_length(folde
     assert scores_by_label(classify(long, candidate_labels=NEW)) == pytest.approx(
         dict(zip(NEW, logits.softmax(-1).tolist(), strict=True)), abs=1e-5
     )
+
+
+@pytest.mark.parametrize("template", ["{} and {}", "{0}", "{label}", "{:>9}", "about {", "no field"])
+def test_a_template_that_cannot_place_the_label_is_refused_naming_it(folder, template):
+    path, _ = folder
+    classify = pipeline("zero-shot-classification", model=str(path))
+    # The rule the served route applies too (pooled_models/serving/zero_shot_request.py).
+    with pytest.raises(ValueError, match="hypothesis_template") as refused:
+        classify(TEXTS[0], candidate_labels=NEW, hypothesis_template=template)
+    assert str(refused.value) == zero_shot_pipeline.template_refusal(template)
 
 
 def test_labels_are_tokenised_once_per_call_and_batching_changes_nothing(folder, monkeypatch):
@@ -149,19 +161,27 @@ def test_every_other_model_gets_transformers_nli_pipeline(tmp_path, minilm_token
 
 
 @pytest.mark.slow  # a fresh interpreter without the package
-def test_a_checkpoints_own_code_registers_the_pipeline_without_the_package(folder, tmp_path):
+def test_a_checkpoints_own_code_brings_the_pipeline_without_the_package(folder, tmp_path):
     path, model = folder
     script = f"""
         import json
         from transformers import pipeline
         classify = pipeline("zero-shot-classification", model={str(path)!r}, trust_remote_code=True)
         result = classify({TEXTS[0]!r}, candidate_labels={NEW!r})
-        print(json.dumps({{"class": type(classify).__module__, "result": result}}))
+        try:  # config.json names two tasks (text-classification too): transformers asks which, as for any such model
+            untasked = type(pipeline(model={str(path)!r}, trust_remote_code=True)).__name__
+        except RuntimeError as error:
+            untasked = str(error)
+        print(json.dumps({{"class": type(classify).__module__, "untasked": untasked, "result": result}}))
     """
     completed = run_without_package(script, tmp_path)
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert report["class"].startswith("transformers_modules.")
+    # The checkpoint's own file (zero_shot_pipeline.py, saved next to it), found through config.json's custom_pipelines.
+    assert report["class"].startswith("transformers_modules.") and report["class"].endswith(
+        ".zero_shot_pipeline"
+    )
+    assert "Pick one in text-classification, zero-shot-classification" in report["untasked"]
     logits = expected_logits(model, AutoTokenizer.from_pretrained(path), TEXTS[:1], NEW)[0]
     assert scores_by_label(report["result"]) == pytest.approx(
         dict(zip(NEW, logits.softmax(-1).tolist(), strict=True)), abs=1e-5

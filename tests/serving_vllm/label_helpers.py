@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -57,8 +58,14 @@ def own_label_text_ids(
     )
 
 
+@functools.cache
+def zero_shot_pipeline_for(folder: str):
+    """pipeline("zero-shot-classification") on the checkpoint, built once per folder."""
+    return pipeline("zero-shot-classification", model=folder)
+
+
 def zero_shot_pipeline_answer(folder: Path, texts, labels, multi_label: bool) -> list[dict]:
-    pipe = pipeline("zero-shot-classification", model=str(folder))
+    pipe = zero_shot_pipeline_for(str(folder))
     return pipe(list(texts), candidate_labels=list(labels), multi_label=multi_label)
 
 

@@ -136,8 +136,8 @@ def report_markdown(results: dict) -> str:
             extra = ""
             if name == "label_text":
                 extra = (
-                    f"+{median['start_seconds'] - medians['mean']['start_seconds']:.1f} s | "
-                    f"+{median['peak_rss_mib'] - medians['mean']['peak_rss_mib']:.0f} MiB"
+                    f"{median['start_seconds'] - medians['mean']['start_seconds']:+.1f} s | "
+                    f"{median['peak_rss_mib'] - medians['mean']['peak_rss_mib']:+.0f} MiB"
                 )
             lines.append(
                 f"| {code} | {name} | {median['start_seconds']:.1f} | {median['peak_rss_mib']:.0f} | "

@@ -33,7 +33,7 @@ from .modeling.text_classification_pipeline import register_text_classification_
 from .modeling.varlen_attention import TORCH_VARLEN, register_varlen_attention
 from .modeling.zero_shot_pipeline import register_zero_shot_pipeline
 
-__version__ = "0.4.0"
+__version__ = "0.4.1"
 
 __all__ = [
     "PooledConfig",

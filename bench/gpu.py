@@ -45,48 +45,26 @@ PROGRAM = "bench/gpu.py"
 BF16_PEAKS = {"H100": 989.4, "H200": 989.4, "A100": 312.0, "L40S": 362.1}
 BACKBONES = ("minilm", "bert-base", "modernbert-base", "deberta-v3-base", "qwen3-0.6b")
 ALL_PADDED = ("trainer", "trainer, grouped", "train.py, padded")
+PADDED_AND_FREE = (*ALL_PADDED, "train.py, padding-free")
+WITH_BUDGET = (*PADDED_AND_FREE, "train.py, token budget")
+COMPILED = ("train.py, compiled", "train.py, CUDA graphs")
 # (backbone, data, max length, arms): the order runs go in while the deadline allows. The first call on a lent H200
 # (bench/results/gpu/h200) found every step bound by the host, not the GPU: the compiled and CUDA-graph runs, which
 # cut what the host does per step, come right after the first groups.
 GROUPS = [
-    ("bert-base", "fortunes", 512, (*ALL_PADDED, "train.py, padding-free", "train.py, token budget")),
-    ("minilm", "fortunes", 128, (*ALL_PADDED, "train.py, padding-free", "train.py, token budget")),
-    ("minilm", "fortunes", 128, ("train.py, compiled", "train.py, CUDA graphs")),
-    ("bert-base", "debtags", 512, (*ALL_PADDED, "train.py, padding-free", "train.py, token budget")),
-    ("bert-base", "debtags", 512, ("train.py, compiled", "train.py, CUDA graphs")),
-    ("qwen3-0.6b", "debtags", 512, (*ALL_PADDED, "train.py, padding-free")),
-    ("modernbert-base", "debtags", 512, (*ALL_PADDED, "train.py, padding-free")),
-    (
-        "deberta-v3-base",
-        "debtags",
-        512,
-        ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free"),
-    ),
-    (
-        "bert-base",
-        "uniform",
-        128,
-        ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free"),
-    ),
-    (
-        "bert-base",
-        "debtags",
-        128,
-        ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free"),
-    ),
-    ("minilm", "debtags", 512, ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free")),
-    (
-        "modernbert-base",
-        "fortunes",
-        512,
-        ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free"),
-    ),
-    (
-        "qwen3-0.6b",
-        "fortunes",
-        512,
-        ("trainer", "trainer, grouped", "train.py, padded", "train.py, padding-free"),
-    ),
+    ("bert-base", "fortunes", 512, WITH_BUDGET),
+    ("minilm", "fortunes", 128, WITH_BUDGET),
+    ("minilm", "fortunes", 128, COMPILED),
+    ("bert-base", "debtags", 512, WITH_BUDGET),
+    ("bert-base", "debtags", 512, COMPILED),
+    ("qwen3-0.6b", "debtags", 512, PADDED_AND_FREE),
+    ("modernbert-base", "debtags", 512, PADDED_AND_FREE),
+    ("deberta-v3-base", "debtags", 512, PADDED_AND_FREE),
+    ("bert-base", "uniform", 128, PADDED_AND_FREE),
+    ("bert-base", "debtags", 128, PADDED_AND_FREE),
+    ("minilm", "debtags", 512, PADDED_AND_FREE),
+    ("modernbert-base", "fortunes", 512, PADDED_AND_FREE),
+    ("qwen3-0.6b", "fortunes", 512, PADDED_AND_FREE),
 ]
 PARITY = ("minilm", "bert-base", "modernbert-base", "qwen3-0.6b")
 

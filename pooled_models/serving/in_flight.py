@@ -42,15 +42,15 @@ class _Entry:
     request_id: str | None
     prompts: Prompts
     state: Any
-    serial: int
 
 
 class InFlightRequests:
     def __init__(self, limit: int = MAX_IN_FLIGHT):
         self.limit = limit
         self._by_id: dict[str | None, list[_Entry]] = {}
-        self._oldest_first: OrderedDict[int, _Entry] = OrderedDict()
-        self._serials = itertools.count()
+        self._oldest_first: OrderedDict[_Entry, None] = (
+            OrderedDict()
+        )  # entries compare by identity (eq=False)
         self._nonces = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -63,14 +63,12 @@ class InFlightRequests:
             same_id = self._by_id.setdefault(request_id, [])
             sent = prompts
             if any(entry.prompts == sent for entry in same_id):
-                sent = (*prompts, tag(next(self._nonces)))
-                if any(entry.prompts == sent for entry in same_id):
-                    raise RuntimeError("a tag prompt repeated another request's prompts: tags must be unique")
-            entry = _Entry(request_id, sent, state, next(self._serials))
+                sent = (*prompts, tag(next(self._nonces)))  # a nonce no other request in flight has
+            entry = _Entry(request_id, sent, state)
             same_id.append(entry)
-            self._oldest_first[entry.serial] = entry
+            self._oldest_first[entry] = None
             while len(self._oldest_first) > self.limit:
-                self._forget(self._oldest_first.popitem(last=False)[1])
+                self._forget(self._oldest_first.popitem(last=False)[0])
         return sent
 
     def take(self, request_id: str | None, prompts: Prompts) -> Any:
@@ -79,7 +77,7 @@ class InFlightRequests:
             same_id = self._by_id.get(request_id, [])
             for entry in same_id:
                 if entry.prompts == prompts:
-                    del self._oldest_first[entry.serial]
+                    del self._oldest_first[entry]
                     self._forget(entry)
                     return entry.state
             known = bool(same_id)

@@ -76,7 +76,7 @@ def refusal(config, architecture: str) -> str | None:
         return None
     if config.pooling in ("label_text", "label_tokens"):
         # On every backbone the plugin serves: the label vectors go in where transformers puts them, in place of the
-        # token embedding table's output (backbone_base.Backbone.run_marked, the transformers route's connect_markers).
+        # token embedding table's output (backbone_base.Backbone.run_marked, the transformers route's connect_label_pooling).
         return label_refusal(config, architecture, prefix, ALTERNATIVES)
     pooling_class = POOLINGS.lookup(config.pooling)
     if pooling_class.encode is not Pooler.encode:

@@ -106,7 +106,7 @@ class TransformersBackbone(Backbone):
     def run_marked(self, module, input_ids, positions, markers):
         return self.run(
             module, input_ids, positions
-        )  # the ids past the vocabulary go in: see connect_markers
+        )  # the ids past the vocabulary go in: see connect_label_pooling
 
     def run(self, module, input_ids, positions, inputs_embeds=None):
         if inputs_embeds is not None:  # label markers come as ids (run_marked)

@@ -16,14 +16,16 @@ from vllm.transformers_utils.model_arch_config_convertor import (
     ModelArchConfigConvertorBase,
 )
 
+from ..modeling.text_config import text_config_of
 from .multitask_support import served_config
 
 __all__ = ["PooledArchConfigConvertor", "register_vocabulary", "marker_id"]
 
 
 def marker_id(config) -> int:
-    """The id of the label marker: one past the backbone's vocabulary (as ``LabelTokenInput`` reads it)."""
-    return int(config.backbone_config.get_text_config().vocab_size)
+    """The id of the label marker: one past the backbone's vocabulary, read from the text config the model reads
+    (``text_config_of``: an encoder-decoder's encoder), as the modeling room's label inputs read it."""
+    return int(text_config_of(config).vocab_size)
 
 
 class PooledArchConfigConvertor(ModelArchConfigConvertorBase):

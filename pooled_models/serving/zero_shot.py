@@ -42,7 +42,7 @@ from ..modeling.text_length import text_length
 from ..modeling.zero_shot_pipeline import ranked_labels
 from .checkpoint_keys import renamed_key
 from .in_flight import InFlightRequests, Prompts
-from .label_text import own_label_prompts
+from .label_text import PLUGIN_TASK, own_label_prompts
 from .label_vector_cache import LabelVectorCache
 from .multitask_support import head_location, served_config
 from .vocabulary import marker_id
@@ -129,7 +129,7 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
 
     def merge_pooling_params(self, params: PoolingParams | None = None) -> PoolingParams:
         params = params or PoolingParams()
-        params.task = "plugin"
+        params.task = PLUGIN_TASK
         return params
 
     def pre_process(
@@ -152,7 +152,7 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
             "input_ids"
         ]
         text_prompts = [tuple(ids) for ids in encoded]
-        self._check_lengths(sent_labels, label_prompts, text_prompts)
+        self._check_lengths(sent_labels, label_prompts)
         pending = _Pending(prompt, label_keys, sent_labels, cached, columns)
         prompts = self.in_flight.add(request_id, (*label_prompts, *text_prompts), pending, self._tag)
         return [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]
@@ -198,15 +198,9 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
             digits.append(digit)
         return (self.marker, *digits)
 
-    def _check_lengths(self, sent_labels, label_prompts, text_prompts) -> None:
-        """Refuse, naming the field, a prompt longer than the engine takes (vLLM would refuse it after pre_process)."""
-        for index, ids in enumerate(text_prompts):
-            if len(ids) > self.max_model_len:
-                raise ValueError(
-                    f"texts[{index}] is {len(ids)} tokens long after truncation to "
-                    f"{self.text_length} tokens (as the "
-                    f"pipeline reads it); this engine takes at most {self.max_model_len} tokens (max_model_len)."
-                )
+    def _check_lengths(self, sent_labels, label_prompts) -> None:
+        """Refuse, naming the field, a label's prompt longer than the engine takes (vLLM would refuse it after
+        pre_process). Texts need no check: they are cut at ``served_text_length``, never above ``max_model_len``."""
         for key, ids in zip(sent_labels, label_prompts, strict=True):
             if len(ids) > self.max_model_len:
                 raise ValueError(

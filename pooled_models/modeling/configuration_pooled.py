@@ -323,14 +323,14 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
         # The pipelines config.json names for trust_remote_code loads (pipeline_reference.py), next to it. Before the
         # config: transformers uploads what a save wrote (push_to_hub), the model's save included.
         os.makedirs(save_directory, exist_ok=True)
-        for path in pipeline_files(self.pooling):
+        for path in pipeline_files(self.pooling, self.architectures):
             shutil.copy(path, os.path.join(save_directory, path.name))
         return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         output = _serialised(super().to_dict())
         # Where a checkpoint's own code finds its pipelines (pipeline_reference.py): derived from the pooling.
-        output["custom_pipelines"] = custom_pipelines(self.pooling)
+        output["custom_pipelines"] = custom_pipelines(self.pooling, self.architectures)
         return output
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:

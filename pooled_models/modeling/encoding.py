@@ -252,8 +252,8 @@ class SentenceEncoderMixin:
         if is_main_process:
             # The config's length, as the model reads it (capped at its positions); unset, none: sentence-transformers
             # and vLLM then take the tokenizer's limit, as every other path does.
-            saved = getattr(self.config, "max_seq_length", None)
-            max_seq_length = None if saved is None else self.max_text_length()
+            stated = getattr(self.config, "max_seq_length", None)
+            max_seq_length = None if stated is None else self.max_text_length()
             write_sentence_transformers_files(
                 save_directory,
                 normalize=bool(getattr(self.config, "normalize_embeddings", False)),

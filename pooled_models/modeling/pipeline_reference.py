@@ -32,6 +32,7 @@ __all__ = [
     "PIPELINES",
     "custom_pipelines",
     "keeps_custom_pipelines",
+    "pipeline_entry",
     "pipeline_files",
 ]
 
@@ -44,20 +45,30 @@ PIPELINES = {
 }
 
 
-def _tasks(pooling: str) -> list[str]:
+# The model class both pipelines load: only a sequence classifier's checkpoint names them. transformers' pipeline()
+# picks a checkpoint's only entry when the call names no task, which would turn a token classifier or an embedding
+# model into a sequence classifier with a new head.
+CLASSIFIER = "PooledForSequenceClassification"
+
+
+def _tasks(pooling: str, architectures: list[str] | None) -> list[str]:
+    if CLASSIFIER not in (architectures or []):
+        return []
     return [TEXT_CLASSIFICATION, *([ZERO_SHOT] if pooling == "label_text" else [])]
 
 
-def custom_pipelines(pooling: str) -> dict[str, Any]:
-    """config.json's ``custom_pipelines`` for a config of ``pooling``."""
+def pipeline_entry(task: str) -> dict[str, Any]:
+    """config.json's ``custom_pipelines`` entry of the package's pipeline for ``task``."""
     return {
-        task: {
-            "impl": "{}.{}".format(*PIPELINES[task]),
-            "pt": ["AutoModelForSequenceClassification"],
-            "type": "text",
-        }
-        for task in _tasks(pooling)
+        "impl": "{}.{}".format(*PIPELINES[task]),
+        "pt": ["AutoModelForSequenceClassification"],
+        "type": "text",
     }
+
+
+def custom_pipelines(pooling: str, architectures: list[str] | None) -> dict[str, Any]:
+    """config.json's ``custom_pipelines`` for a config of ``pooling`` saved by a model of ``architectures``."""
+    return {task: pipeline_entry(task) for task in _tasks(pooling, architectures)}
 
 
 def keeps_custom_pipelines(config_module: str) -> bool:
@@ -66,12 +77,12 @@ def keeps_custom_pipelines(config_module: str) -> bool:
     return not config_module.startswith("pooled_models.")
 
 
-def pipeline_files(pooling: str) -> list[Path]:
+def pipeline_files(pooling: str, architectures: list[str] | None) -> list[Path]:
     """The pipelines' files and the sibling files they import (what a checkpoint of ``pooling`` saves)."""
     from transformers.dynamic_module_utils import get_relative_import_files
 
     files: list[Path] = []
-    for task in _tasks(pooling):
+    for task in _tasks(pooling, architectures):
         pipeline_file = Path(__file__).with_name(f"{PIPELINES[task][0]}.py")
         for path in [pipeline_file, *(Path(path) for path in get_relative_import_files(str(pipeline_file)))]:
             if path not in files:

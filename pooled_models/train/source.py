@@ -17,7 +17,7 @@ from ..modeling.configuration_multitask import SEQUENCE, TOKEN, PooledMultiTaskC
 from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.modeling_multitask import MULTITASK_AUTO_MAP
 from ..modeling.modeling_pooled import AUTO_MAP
-from ..modeling.pipeline_reference import custom_pipelines
+from ..modeling.pipeline_reference import PIPELINES, pipeline_entry
 from ..modeling.sources import PackagedBackboneError, code_refusal, resolve_packaged_backbone
 
 if TYPE_CHECKING:  # an annotation only
@@ -149,9 +149,12 @@ OUR_AUTO_MAPS = (
 
 def _refuse_code_references(name: str, config_dict: dict) -> None:
     found = [key for key in ("trust_remote_code",) if config_dict.get(key)]
-    # A label-text checkpoint of ours names its own zero-shot pipeline (modeling/pipeline_reference.py): never run here.
+    # A checkpoint of ours names the package's own pipelines (modeling/pipeline_reference.py): never run here.
     pipelines = config_dict.get("custom_pipelines")
-    if pipelines and pipelines != custom_pipelines(config_dict.get("pooling")):
+    if pipelines and not (
+        isinstance(pipelines, dict)
+        and all(task in PIPELINES and entry == pipeline_entry(task) for task, entry in pipelines.items())
+    ):
         found.insert(0, "custom_pipelines")
     auto_map = config_dict.get("auto_map") or {}
     if isinstance(auto_map, dict):

@@ -88,10 +88,10 @@ def test_a_model_file_imports_only_the_standard_library_torch_transformers_and_i
 
 # The model files only a task model's checkpoint needs (a sequence classifier's does not name them in its auto_map).
 TASK_MODEL_FILES = {"modeling_token.py", "modeling_multitask.py", "configuration_multitask.py"}
-# The zero-shot pipeline: only a label-text checkpoint's config.json names it (custom_pipelines); every other pooled
-# config names the text-classification pipeline, whose files the model's own files include.
+# The zero-shot pipeline: only a label-text classifier's config.json names it (custom_pipelines).
 PIPELINE_FILES = {"zero_shot_pipeline.py"}
-# The text-classification pipeline and what both pipelines import: a multi-task checkpoint names no pipeline.
+# The text-classification pipeline and what both pipelines import: a sequence classifier's config names it; a token
+# classifier's and a multi-task model's name no pipeline.
 TEXT_PIPELINE_FILES = {"text_classification_pipeline.py", "pipeline_registration.py"}
 
 
@@ -107,7 +107,13 @@ def saved_checkpoints(tmp_path):
     torch.manual_seed(0)
     token = tiny_model("mean", model_class=PooledForTokenClassification)
     token.save_pretrained(tmp_path / "token")
-    yield tmp_path / "token", every - {"modeling_multitask.py", "configuration_multitask.py"} - PIPELINE_FILES
+    yield (
+        tmp_path / "token",
+        every
+        - {"modeling_multitask.py", "configuration_multitask.py"}
+        - PIPELINE_FILES
+        - TEXT_PIPELINE_FILES,
+    )
     tiny_multitask_model().save_pretrained(tmp_path / "multitask")
     yield tmp_path / "multitask", every - PIPELINE_FILES - TEXT_PIPELINE_FILES
 
@@ -121,10 +127,12 @@ def test_the_files_saved_next_to_a_checkpoint_are_the_model_room_its_auto_map_ne
         references += [task["impl"] for task in config.get("custom_pipelines", {}).values()]
         for reference in references:
             assert f"{reference.split('.')[0]}.py" in saved, (folder.name, reference)
-        # Every pooled config names the text-classification pipeline; a label-text one the zero-shot one too.
+        # A sequence classifier's config names the text-classification pipeline, a label-text one the zero-shot one
+        # too; a token classifier's none (pipeline() would take a config's only entry for a call without a task).
         expected_tasks = {
             "label_text": {"text-classification", "zero-shot-classification"},
             "multitask": set(),
+            "token": set(),
         }
         tasks = set(config.get("custom_pipelines", {}))
         assert tasks == expected_tasks.get(folder.name, {"text-classification"}), folder.name

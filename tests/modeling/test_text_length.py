@@ -133,7 +133,8 @@ def test_the_length_survives_saving_loading_overrides_and_edits(short_folder, mi
     # sentence-transformers description vLLM reads.
     reloaded.config.max_seq_length = 24
     assert reloaded.max_text_length(minilm_tokenizer) == 24
-    reloaded.save_pretrained(tmp_path / "edited")
+    # save_pretrained returns what transformers' returns (None), not the length it wrote
+    assert reloaded.save_pretrained(tmp_path / "edited") is None
     assert json.loads((tmp_path / "edited" / "config.json").read_text())["max_seq_length"] == 24
     assert json.loads((tmp_path / "edited" / "sentence_bert_config.json").read_text())["max_seq_length"] == 24
     # More than the backbone's positions: capped where the model reads it, with a warning.

@@ -225,7 +225,9 @@ def choose_max_length(requested: int | None, tokenizer, model, source: ModelSour
         limit = backbone_max_length(tokenizer, model)
         if limit is None:
             raise UsageError("The backbone states no maximum input length; set --max_seq_length.")
-        from_tokenizer = limit == _tokenizer_limit(tokenizer)
+        # the smaller of the two limits binds (label tokens are taken off either)
+        tokens, positions = _tokenizer_limit(tokenizer), _positions(model)
+        from_tokenizer = tokens is not None and (positions is None or tokens <= positions)
         return limit, "the tokenizer's model_max_length" if from_tokenizer else "the backbone's positions"
     limit = _longest_text(tokenizer, model)
     if limit is not None and length > limit:

@@ -130,3 +130,23 @@ def test_without_the_flag_the_length_is_the_backbones_own(tiny_backbone_path, tm
     plain = train(tiny_backbone_path, tmp_path / "plain", *files(tmp_path)).output_dir
     assert "Text length: 64 tokens (from the backbone's positions)" in capsys.readouterr().out
     assert json.loads((plain / "config.json").read_text())["max_seq_length"] == 64
+
+
+@pytest.mark.parametrize(
+    "tokenizer_limit, origin", [(32, "the tokenizer's model_max_length"), (512, "the backbone's positions")]
+)
+def test_the_length_line_names_the_limit_that_binds_a_label_token_model(tmp_path, tokenizer_limit, origin):
+    from types import SimpleNamespace
+
+    from helpers import tiny_model
+
+    from pooled_models.train.model import backbone_max_length, choose_max_length
+
+    model = tiny_model("label_tokens", label_token_init="random")  # its label tokens come off either limit
+    tokenizer = SimpleNamespace(model_max_length=tokenizer_limit)
+    source = SimpleNamespace(
+        path=str(tmp_path), saved=False, hub_kwargs=dict
+    )  # a folder with no stated length
+    length, named = choose_max_length(None, tokenizer, model, source)
+    assert length == backbone_max_length(tokenizer, model) and 0 < model.added_tokens
+    assert named == origin

@@ -100,7 +100,7 @@ def _zero_shot(result) -> dict[str, Any] | None:
         "file": rows.file_name,
         "rows": len(rows.texts),
         "labels": rows.labels,
-        "unseen": len(rows.unseen),
+        "unseen": rows.unseen,
         "scores": [
             (model, rounded(scores["accuracy"]), rounded(scores["f1_macro"]))
             for model, scores in result.scores.items()

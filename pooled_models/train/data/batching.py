@@ -43,7 +43,10 @@ def token_lengths(dataset, column: str = "input_ids") -> list[int]:
             f"Cannot sort by length: the dataset has no {column!r} column (columns: {column_names})."
         )
     if column_names is not None:
-        return [len(ids) for ids in dataset[column]]
+        import pyarrow.compute as pc  # a dependency of datasets
+
+        # The Arrow view follows the dataset's row order (a shuffled or selected dataset's too).
+        return pc.list_value_length(dataset.with_format("arrow")[column]).to_pylist()
     return [len(row[column]) for row in dataset]
 
 

@@ -26,7 +26,6 @@ from .text_length import text_length
 
 __all__ = ["SentenceEncoderMixin", "SIMILARITY_FUNCTIONS", "similarity", "write_sentence_transformers_files"]
 
-logger = logging.get_logger(__name__)
 
 # Texts tokenized, sorted and encoded together: sorting a bounded block keeps memory flat for any input size,
 # and a block this large already gives batches of near-equal length.

@@ -120,9 +120,12 @@ def _check_flat(inputs, row, boundaries, longest, boundaries_k) -> None:
             "entry than the batch has texts."
         )
     # Compared by shape only: reading the values would wait for the device at every step (bench/gpu.py counted it).
+    # Its values are not read: the attention gets cu_seq_lens_q as the keys' boundaries too (FlatBatch).
     if boundaries_k is not None and tuple(boundaries_k.shape) != tuple(boundaries.shape):
         raise ValueError(
-            "cu_seq_lens_k must equal cu_seq_lens_q: a pooled model's texts attend within themselves."
+            f"cu_seq_lens_k must be cu_seq_lens_q's boundaries, shape {tuple(boundaries.shape)}, got "
+            f"{tuple(boundaries_k.shape)}: a pooled model's texts attend within themselves (the keys' boundaries "
+            "are the queries')."
         )
     if isinstance(longest, bool) or not isinstance(longest, int) or longest < 1:
         raise ValueError(

@@ -25,11 +25,10 @@ from __future__ import annotations
 
 from transformers.pipelines.text_classification import TextClassificationPipeline
 
+from .pipeline_reference import TEXT_CLASSIFICATION as TASK
 from .pipeline_registration import replace_task_class
 
 __all__ = ["PooledTextClassificationPipeline", "register_text_classification_pipeline"]
-
-TASK = "text-classification"
 
 
 class PooledTextClassificationPipeline(TextClassificationPipeline):

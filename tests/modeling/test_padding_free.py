@@ -322,6 +322,7 @@ def test_a_padded_call_to_the_attention_function_is_refused():
         ({"max_length_q": torch.tensor(5)}, "max_length_q must be the longest text's length as a Python int"),
         ({"cu_seq_lens_q": torch.tensor(3)}, "cu_seq_lens_q must be a 1-D tensor"),
         ({"attention_mask": torch.ones(2, 3)}, "attention_mask must be left out"),
+        ({"cu_seq_lens_k": torch.tensor([0, 3])}, r"cu_seq_lens_k must be cu_seq_lens_q's boundaries"),
     ],
 )
 def test_a_malformed_flat_batch_is_refused(change, message):

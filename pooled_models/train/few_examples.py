@@ -27,8 +27,6 @@ if TYPE_CHECKING:  # annotations only
     from .evaluation import ThresholdPlan
 
 __all__ = [
-    "ASYMMETRIC_UNTUNED_THRESHOLD",
-    "FEW_EXAMPLES_PER_LABEL",
     "default_epochs",
     "default_learning_rate",
     "default_untuned_threshold",

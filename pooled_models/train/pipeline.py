@@ -53,7 +53,7 @@ from .predictions import RESULTS_FILE, example_answers, predictions_file, write_
 from .source import model_source
 from .tasks import MODEL_WIDE_SETTINGS, TaskSpec
 from .trainer import PooledTrainer, callbacks_for, check_training_options
-from .zero_shot_eval import ZeroShotEvaluation, check_zero_shot_model, read_zero_shot_rows
+from .zero_shot_eval import ZeroShotEvaluation, check_zero_shot_model, read_zero_shot_rows, scores_any_labels
 
 __all__ = ["RunResult", "ModelFactory", "run_tasks"]
 
@@ -274,12 +274,6 @@ def _label_names(tasks: dict[str, TaskData]) -> list[str]:
     return [str(name) for name in getattr(next(iter(tasks.values())).labels, "names", None) or []]
 
 
-def _shared_scorer(model) -> bool:
-    """Whether the model scores any labels given as text (the summary then shows the zero-shot pipeline)."""
-    config = model.config
-    return getattr(config, "pooling", None) == "label_text" and config.label_text_scorer == "shared"
-
-
 def _train_rows(plan: RunPlan, tasks: dict[str, TaskData]) -> dict[str, int]:
     rows = {f"train_rows_{name}": len(task.encoded["train"]) for name, task in tasks.items()}
     return {"train_rows": sum(rows.values()), **({} if plan.single else rows)}
@@ -315,7 +309,9 @@ def _publish(plan: RunPlan, staging, model, tasks, metrics, parameters: int, zer
     kinds = {name: task.kind for name, task in plan.tasks.items()}
     texts = list(plan.example_texts)
     examples = example_answers(output_dir, texts, kinds, plan.single) if texts else []
-    print_summary(output_dir, metrics, examples, kinds, plan.single, zero_shot=_shared_scorer(model))
+    print_summary(
+        output_dir, metrics, examples, kinds, plan.single, zero_shot=scores_any_labels(model.config)
+    )
     return RunResult(output_dir=output_dir, metrics=metrics, examples=examples, parameters=parameters)
 
 

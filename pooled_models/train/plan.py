@@ -51,9 +51,6 @@ __all__ = [
     "RunPlan",
     "make_plan",
     "needed_splits",
-    "MULTI_LABEL_DEFAULT_LOSS",
-    "LABEL_TOKEN_LAYERS_DEFAULT",
-    "LABEL_TOKEN_ATTENTION_DEFAULT",
     "default_label_token_settings",
     "PUBLISHED_KINDS",
 ]

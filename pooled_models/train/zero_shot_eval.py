@@ -36,6 +36,7 @@ __all__ = [
     "ZeroShotResult",
     "read_zero_shot_rows",
     "check_zero_shot_model",
+    "scores_any_labels",
     "zero_shot_logits",
     "zero_shot_metrics",
     "ZeroShotEvaluation",
@@ -115,12 +116,17 @@ def read_zero_shot_rows(data_args, model_labels: list[str], cache_dir: str | Non
     )
 
 
+def scores_any_labels(config) -> bool:
+    """Whether a model of ``config`` scores labels given as text, its own or not: label text with the shared scorer."""
+    return getattr(config, "pooling", None) == "label_text" and config.label_text_scorer == "shared"
+
+
 def check_zero_shot_model(config) -> None:
     """Refuse a model that cannot score labels given as text, by name, with the one that can."""
+    if scores_any_labels(config):
+        return
     pooling = getattr(config, "pooling", None)
     scorer = getattr(config, "label_text_scorer", None)
-    if pooling == "label_text" and scorer == "shared":
-        return
     what = f"pooling={pooling!r}" + (f" with label_text_scorer={scorer!r}" if pooling == "label_text" else "")
     raise UsageError(
         f"zero_shot_file scores labels given as text, which only pooling 'label_text' with label_text_scorer "

@@ -67,7 +67,7 @@ def test_an_unknown_argument_points_to_the_help_of_the_command_the_user_ran_and_
 
 def test_the_help_states_the_few_examples_default_the_code_applies():
     """Issue 42: --help for --pooling said label text applies at "at most 64 rows per label"; the code used 32."""
-    from pooled_models.train.few_examples import FEW_EXAMPLES_PER_LABEL, FEW_EXAMPLES_POOLING
+    from pooled_models.train.arguments.defaults import FEW_EXAMPLES_PER_LABEL, FEW_EXAMPLES_POOLING
 
     helps = {action.dest: " ".join((action.help or "").split()) for action in _parser()._actions}
     threshold = f"at most {FEW_EXAMPLES_PER_LABEL} rows per label"

@@ -10,10 +10,10 @@ from helpers import FAST, multi_label_rows, topic_rows, write_rows
 
 import pooled_models.train.pipeline as pipeline
 from pooled_models.train.arguments import MAX_DEFAULT_EPOCHS, MIN_TRAIN_STEPS, NUM_TRAIN_EPOCHS
+from pooled_models.train.arguments.defaults import ASYMMETRIC_UNTUNED_THRESHOLD
 from pooled_models.train.arguments.training import FEW_EXAMPLES_LEARNING_RATE, LEARNING_RATE
 from pooled_models.train.cli import run
 from pooled_models.train.few_examples import (
-    ASYMMETRIC_UNTUNED_THRESHOLD,
     default_epochs,
     default_learning_rate,
     default_pooling,

@@ -183,7 +183,8 @@ def test_model_card_for_a_hub_dataset_and_a_hub_backbone(tmp_path):
 
 
 def test_multi_label_heads_default_to_the_asymmetric_loss_and_others_keep_theirs():
-    from pooled_models.train.plan import MULTI_LABEL_DEFAULT_LOSS, default_multi_label_loss
+    from pooled_models.train.arguments.defaults import MULTI_LABEL_DEFAULT_LOSS
+    from pooled_models.train.plan import default_multi_label_loss
 
     def resolved(problem_type, given=None):
         settings = {} if given is None else {"multi_label_loss": given}

@@ -202,14 +202,14 @@ def given_on_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> d
     return {name: value for name, value in vars(namespace).items() if value is not _UNSET}
 
 
-def implied_phases(values: Mapping[str, Any], given: set[str]) -> dict[str, str]:
+def implied_phases(values: Mapping[str, Any]) -> dict[str, str]:
     """``{phase flag: the setting that turns it on}`` for the phases the named files turn on: ``values`` holds the
     settings as given (a config file's and the command line's), ``tasks`` included. A phase the user set false while
     naming its file is refused: the two contradict each other."""
     implied: dict[str, str] = {}
-    for setting, source in _named_sources(values, given):
+    for setting, source in _named_sources(values):
         phase = IMPLIED_PHASES[setting]
-        if phase not in given:
+        if phase not in values:
             implied.setdefault(phase, source)
         elif not _true(values.get(phase)):
             raise UsageError(
@@ -219,9 +219,9 @@ def implied_phases(values: Mapping[str, Any], given: set[str]) -> dict[str, str]
     return implied
 
 
-def _named_sources(values: Mapping[str, Any], given: set[str]) -> Iterable[tuple[str, str]]:
+def _named_sources(values: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
     for setting in IMPLIED_PHASES:
-        if setting in given and values.get(setting) not in (None, ""):
+        if values.get(setting) not in (None, ""):
             yield setting, setting
     tasks = values.get("tasks")
     if isinstance(tasks, dict):

@@ -111,7 +111,7 @@ def parse_arguments(argv: list[str]) -> tuple[ModelArguments, DataArguments, Poo
     _refuse_code_references([arg for arg in argv if arg.startswith("--")], "The command line")
     refuse_removed_options(_command_line_settings(argv), "The command line")
     values = {**file_values, **given_on_command_line(flags, argv)}
-    implied = implied_phases(values, set(values))
+    implied = implied_phases(values)
     flags.set_defaults(**dict.fromkeys(implied, True))
     arguments = _parse(flags, argv)
     check_dependencies(arguments, set(values))

@@ -14,6 +14,7 @@ from huggingface_hub import EvalResult, ModelCardData
 from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ...modeling.registry import MULTI_LABEL_LOSSES, POOLINGS
 from ...thresholds import DEFAULT_THRESHOLD
+from ..zero_shot_eval import scores_any_labels
 from .data import CardData, TaskCard
 from .markdown import code_span, rounded
 
@@ -79,7 +80,7 @@ def classifier_variables(card: CardData) -> dict[str, Any]:
         "example_text_literal": repr(card.example_text),
         "decisions": _decisions(task),
         "zero_shot": _zero_shot(card.zero_shot),
-        "any_labels": config.pooling == "label_text" and config.label_text_scorer == "shared",
+        "any_labels": scores_any_labels(config),
     }
 
 

@@ -48,6 +48,15 @@ ALL_PADDED = ("trainer", "trainer, grouped", "train.py, padded")
 PADDED_AND_FREE = (*ALL_PADDED, "train.py, padding-free")
 WITH_BUDGET = (*PADDED_AND_FREE, "train.py, token budget")
 COMPILED = ("train.py, compiled", "train.py, CUDA graphs")
+# train.py's flags per arm (the token budget's depends on the data: run_arm works it out). Compiled runs pad to a
+# multiple of 64, so the compiled model meets a few shapes; CUDA graphs are torch.compile's reduce-overhead mode.
+COMPILE = ["--torch_compile", "true", "--pad_to_multiple_of", "64"]
+TRAIN_PY_FLAGS = {
+    "train.py, padded": ["--padding_free", "false"],
+    "train.py, padding-free": ["--padding_free", "true"],
+    "train.py, compiled": COMPILE,
+    "train.py, CUDA graphs": [*COMPILE, "--torch_compile_mode", "reduce-overhead"],
+}
 # (backbone, data, max length, arms): the order runs go in while the deadline allows. The first call on a lent H200
 # (bench/results/gpu/h200) found every step bound by the host, not the GPU: the compiled and CUDA-graph runs, which
 # cut what the host does per step, come right after the first groups.
@@ -259,19 +268,7 @@ class Bench:
         if arm.startswith("trainer"):
             clock, attention = run_trainer(spec, arm == "trainer, grouped", clock_args)
         else:
-            flags = {
-                "train.py, padded": ["--padding_free", "false"],
-                "train.py, padding-free": ["--padding_free", "true"],
-                "train.py, compiled": ["--torch_compile", "true", "--pad_to_multiple_of", "64"],
-                "train.py, CUDA graphs": [
-                    "--torch_compile",
-                    "true",
-                    "--torch_compile_mode",
-                    "reduce-overhead",
-                    "--pad_to_multiple_of",
-                    "64",
-                ],
-            }.get(arm)
+            flags = TRAIN_PY_FLAGS.get(arm)
             if arm == "train.py, token budget":
                 tokenizer = AutoTokenizer.from_pretrained(spec["backbone"])
                 budget = round(self.args.batch_size * mean_length(spec["rows"], tokenizer, max_length))

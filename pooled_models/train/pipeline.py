@@ -119,7 +119,7 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     max_length, origin = _tokenize(plan, tasks, tokenizer, model, data_args.max_seq_length, training_args)
     zero_shot = None
     if zero_shot_rows is not None:
-        zero_shot = ZeroShotEvaluation(zero_shot_rows, tokenizer, next(iter(tasks.values())).max_length)
+        zero_shot = ZeroShotEvaluation(zero_shot_rows, tokenizer, max_length)
     _prepare_for_training(plan, model)
     padding_free, layout = _lay_out_batches(training_args, model, tasks)
     say(

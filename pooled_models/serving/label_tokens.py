@@ -110,10 +110,15 @@ def _label_token_config(config, task: str | None, folder: Path):
     return config
 
 
+def label_start(text_length: int, position: int) -> int:
+    """Where the label tokens start in a prompt of a text of ``text_length`` tokens, as transformers' layout puts them
+    (``label_token_layout._Layout``: after ``position`` tokens, or after the text for -1)."""
+    return text_length if position == AFTER_THE_TEXT else min(position, text_length)
+
+
 def with_label_tokens(text_ids: list[int], label_ids: list[int], position: int) -> list[int]:
-    """A text's ids with the label tokens where transformers' layout puts them (``label_token_layout._Layout``: after
-    ``position`` tokens, or after the text for -1)."""
-    at = len(text_ids) if position == AFTER_THE_TEXT else min(position, len(text_ids))
+    """A text's ids with the label tokens where transformers' layout puts them (``label_start``)."""
+    at = label_start(len(text_ids), position)
     return [*text_ids[:at], *label_ids, *text_ids[at:]]
 
 
@@ -253,7 +258,7 @@ class LabelTokenModelPooler(PooledModelPooler):
         text = [token for token in ids if token < self.vocabulary]
         if ids != with_label_tokens(text, self.label_ids, self.position):
             return None
-        return len(text) if self.position == AFTER_THE_TEXT else min(self.position, len(text))
+        return label_start(len(text), self.position)
 
 
 def main(argv: list[str] | None = None) -> int:

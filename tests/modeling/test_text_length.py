@@ -142,6 +142,22 @@ def test_the_length_survives_saving_loading_overrides_and_edits(short_folder, mi
     assert reloaded.max_text_length(minilm_tokenizer) == 64
 
 
+def test_a_lora_wrapped_classifiers_pipeline_cuts_at_the_models_length(short_folder, minilm_tokenizer):
+    """PEFT's wrapper forwards max_text_length to the pooled model: its pipeline cuts where the model's does."""
+    import peft
+
+    model = AutoModelForSequenceClassification.from_pretrained(short_folder)
+    lora = peft.LoraConfig(task_type="SEQ_CLS", target_modules=["query", "value"], init_lora_weights=False)
+    wrapped = peft.get_peft_model(model, lora).eval()
+    classify = pipeline("text-classification", model=wrapped, tokenizer=minilm_tokenizer)
+    expected = scores_at(wrapped, minilm_tokenizer, LONG, 16)
+    torch.testing.assert_close(pipeline_scores(classify, LONG), expected, atol=1e-6, rtol=0)
+    # the adapters are live (not the plain model's scores), and the long text was cut, not refused
+    with wrapped.disable_adapter():
+        plain = scores_at(wrapped, minilm_tokenizer, LONG, 16)
+    assert not torch.allclose(expected, plain, atol=1e-6)
+
+
 @pytest.mark.parametrize("value", [0, -3, True, 2.5, "128"])
 def test_a_length_that_is_not_a_positive_integer_is_refused(short_folder, value):
     refused = (ValueError, TypeError, StrictDataclassFieldValidationError)

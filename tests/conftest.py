@@ -72,6 +72,7 @@ LONG_FILES = [
     "tests/test_docs_examples.py",
     "tests/modeling/test_compile_and_export.py",
     "tests/test_wheel.py",
+    "tests/bench/test_throughput.py",
     "tests/train/test_train_processes.py",
     "tests/train/test_fault_injection.py",
     "tests/train/test_train_runs.py",

@@ -6,6 +6,7 @@ from corpora.fortunes import FortunesMissing, build_fortunes
 from throughput import DEFAULTS, MEAN, RANDOM_ORDER, VANILLA, main
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.slow  # trains all-MiniLM-L6-v2 four times for one epoch on a few dozen quotations
 def test_a_tiny_round_runs_every_arm_and_stores_its_report(tmp_path, capsys):
     try:

@@ -29,6 +29,7 @@ __all__ = [
     "DocumentCollator",
     "document_windows_from",
     "document_batch",
+    "WindowedText",
 ]
 
 # Which windows a document capped at max_windows keeps: its first ones, its first and last ones, or ones spread
@@ -244,3 +245,27 @@ class DocumentCollator:
             labels = [feature[label_key] for feature in features]
             batch["labels"] = torch.stack(labels) if torch.is_tensor(labels[0]) else torch.tensor(labels)
         return batch
+
+
+class WindowedText:
+    """One text's windows on their way through a pipeline's batching: not a tensor, so that transformers' collation
+    lists a batch's documents (it would pad tensors as one-row inputs) and the pipeline's forward builds their flat
+    batch (:meth:`batch`)."""
+
+    def __init__(self, windows: dict[str, list[list[int]]]):
+        self.windows = windows
+
+    @classmethod
+    def of(cls, text: str, tokenizer, config) -> WindowedText:
+        windows = tokenize_documents(tokenizer, [text], config.document_window, config.document_stride)
+        return cls({name: values[0] for name, values in windows.items()})
+
+    @staticmethod
+    def batch(documents, pad_token_id: int | None, device) -> dict[str, torch.Tensor]:
+        """The flat batch of one ``WindowedText`` or a list of them (what the pipeline's collation gives), on
+        ``device``."""
+        documents = documents if isinstance(documents, list) else [documents]
+        batch = document_batch(
+            [document.windows for document in documents], 0 if pad_token_id is None else pad_token_id
+        )
+        return {name: tensor.to(device) for name, tensor in batch.items()}

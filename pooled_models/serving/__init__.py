@@ -37,6 +37,10 @@ def register() -> None:
 
     register_vocabulary()  # the label marker's id in a label-text model's prompts (zero-shot route)
 
+    from .document_route import install_document_route
+
+    install_document_route()  # a document model's texts cut into window prompts on the classify and embed routes
+
     global registered
     for architecture, class_name in MODEL_CLASSES.items():
         # A class of serving/model.py, or "module:Class" for a class of another module of this room.

@@ -34,14 +34,12 @@ from ..modeling.checkpoint_loading import read_tokenizer_settings
 from ..modeling.label_text_layout import masked_mean, segment_vectors
 from ..modeling.text_config import text_config_of
 from .plain_attention import plain_attention, plain_attention_refusal
-from .pooler import PooledModelPooler, padded_states
+from .pooler import PLUGIN_TASK, PooledModelPooler, padded_states
 
 __all__ = ["LabelTextModelPooler", "PLUGIN_TASK", "own_label_prompts"]
 
 logger = init_logger(__name__)
 
-# vLLM's task for requests an IO-processor plugin makes (the zero-shot route): one vector per prompt.
-PLUGIN_TASK = "plugin"
 
 
 def own_label_prompts(config) -> list[list[int]]:

@@ -25,6 +25,7 @@ from .checkpoint_keys import renamed_key
 from .label_text import LabelTextModelPooler
 from .label_tokens import LabelTokenModelPooler, tokenizer_refusal
 from .pooler import PooledModelPooler
+from .document_support import document_refusal
 from .support import refusal, served_tasks
 
 __all__ = ["ServedPooledClassifier", "ServedPooledModel"]
@@ -52,7 +53,9 @@ class _ServedPooled(nn.Module):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()
         config = self.served_config(vllm_config.model_config.hf_config)
-        reason = refusal(config, self.architecture)
+        reason = refusal(config, self.architecture) or document_refusal(
+            config, self.architecture, vllm_config.model_config
+        )
         if reason is not None:
             raise ValueError(reason)
         self.config = config
@@ -142,15 +145,24 @@ class _ServedPooled(nn.Module):
         if isinstance(self.pooler, LabelTextModelPooler):
             self.pooler.after_loading(self)
 
-    def _own_name(self, name: str) -> str | None:
-        """The name in PooledModelPooler of a checkpoint weight of the pooler or head, or None."""
-        for prefix, target in self.own_prefixes.items():
+    @classmethod
+    def _own_name(cls, name: str) -> str | None:
+        """The name in PooledModelPooler of a checkpoint weight of the pooler, the cross-window pooler or the head,
+        or None."""
+        for prefix, target in cls.own_prefixes.items():
             if name.startswith(prefix):
                 return target + name[len(prefix) :]
         return None
 
-    def _renamed(self, name: str) -> str:
-        return renamed_key(name, self.legacy_key_mapping)
+    @classmethod
+    def _renamed(cls, name: str) -> str:
+        return renamed_key(name, cls.legacy_key_mapping)
+
+    @classmethod
+    def pooler_name(cls, checkpoint_name: str) -> str | None:
+        """The name in PooledModelPooler of a checkpoint key (earlier layouts renamed), or None for the backbone's
+        and ignored weights: how the document route (document_route.py) loads the pooler outside the engine."""
+        return cls._own_name(cls._renamed(checkpoint_name))
 
 
 class ServedPooledClassifier(_ServedPooled):
@@ -158,7 +170,11 @@ class ServedPooledClassifier(_ServedPooled):
 
     architecture = "PooledForSequenceClassification"
     legacy_key_mapping = PooledForSequenceClassification._legacy_key_mapping
-    own_prefixes = {"classifier.pooler.": "pooling.", "classifier.head.": "head."}
+    own_prefixes = {
+        "classifier.pooler.": "pooling.",
+        "classifier.document_pooler.": "document_pooler.",
+        "classifier.head.": "head.",
+    }
 
     @staticmethod
     def pooled_parts(config):
@@ -171,7 +187,7 @@ class ServedPooledModel(_ServedPooled):
 
     architecture = "PooledModel"
     legacy_key_mapping = PooledModel._legacy_key_mapping
-    own_prefixes = {"pooler.": "pooling."}
+    own_prefixes = {"pooler.": "pooling.", "document_pooler.": "document_pooler."}
     ignored_prefixes = ("classifier.",)  # as PooledModel.from_pretrained ignores a classifier's head
 
     @staticmethod

@@ -28,7 +28,13 @@ from vllm.model_executor.layers.pooler import Pooler
 from vllm.model_executor.layers.pooler.activations import get_act_fn
 from vllm.v1.pool.metadata import PoolingMetadata
 
-__all__ = ["PooledModelPooler", "padded_states", "LogitCalibration"]
+from ..modeling.window_pooling import build_document_pooler
+
+__all__ = ["PooledModelPooler", "padded_states", "LogitCalibration", "PLUGIN_TASK"]
+
+# vLLM's task for requests that a route of the plugin makes and pools after (the zero-shot route's labels and texts, a
+# document's windows): one vector per prompt, before any head.
+PLUGIN_TASK = "plugin"
 
 
 class LogitCalibration:
@@ -36,11 +42,12 @@ class LogitCalibration:
     builds the model, as vLLM's ``pooler_for_classify`` reads them (vllm/model_executor/layers/pooler/seqwise/
     poolers.py), and applied as its classifier heads apply them: the mean subtracted, then divided by sigma."""
 
-    def __init__(self):
-        from vllm.config import get_current_vllm_config_or_none
+    def __init__(self, pooler_config=None):
+        if pooler_config is None:  # the engine's, while vLLM builds the model
+            from vllm.config import get_current_vllm_config_or_none
 
-        vllm_config = get_current_vllm_config_or_none()
-        pooler_config = None if vllm_config is None else vllm_config.model_config.pooler_config
+            vllm_config = get_current_vllm_config_or_none()
+            pooler_config = None if vllm_config is None else vllm_config.model_config.pooler_config
         self.mean = getattr(pooler_config, "logit_mean", None)
         self.sigma = getattr(pooler_config, "logit_sigma", None)
 
@@ -75,6 +82,14 @@ class PooledModelPooler(Pooler):
         self.normalize = bool(config.normalize_embeddings)
         self.activation = get_act_fn(config)
         self.calibrate = LogitCalibration()
+        # Document mode (modeling/window_pooling.py): the cross-window pooler, under the name the checkpoint gives it;
+        # NoDocuments (no parameters) outside document mode. A document's windows are prompts of their own, pooled
+        # across by the document route (serving/document_route.py); a prompt the engine answers alone is a one-window
+        # document.
+        self.document_pooler = None
+        if getattr(config, "document_window", None) is not None:
+            self.document_pooler = build_document_pooler(config, pooling.output_dim)
+            self.tasks |= {PLUGIN_TASK}
 
     def get_supported_tasks(self) -> Set[str]:
         return self.tasks
@@ -88,16 +103,26 @@ class PooledModelPooler(Pooler):
             self.pool(hidden_states, cursor.num_scheduled_tokens_cpu), pooling_metadata.pooling_params
         )
 
-    def answer(self, pooled: torch.Tensor, params) -> list[torch.Tensor]:
-        """Each request's answer for its task from the pooled vectors ``[requests, ...]`` (what the head reads)."""
-        logits = self.calibrate(self.head(pooled)) if any(p.task == "classify" for p in params) else None
+    def answer(
+        self, pooled: torch.Tensor, params, document_windows: torch.Tensor | None = None
+    ) -> list[torch.Tensor]:
+        """Each request's answer for its task from the pooled vectors ``[rows, ...]``: one row per request, or, with
+        ``document_windows`` (``[documents, max_windows]`` rows, modeling/documents.py), one row per window of the
+        documents that ``params`` answer. The ``plugin`` task gets its row as the pooler gave it."""
+        if self.document_pooler is not None:
+            documents = self.document_pooler(pooled, document_windows)
+        else:
+            documents = pooled
+        logits = self.calibrate(self.head(documents)) if any(p.task == "classify" for p in params) else None
         outputs = []
         for index, param in enumerate(params):
             if param.task == "classify":
                 row = logits[index]
                 outputs.append(self.activation(row) if param.use_activation else row)
+            elif param.task == PLUGIN_TASK:
+                outputs.append(pooled[index])
             else:
-                row = pooled[index]
+                row = documents[index]
                 outputs.append(
                     F.normalize(row, p=2, dim=-1) if param.use_activation and self.normalize else row
                 )

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from vllm.config import VllmConfig
@@ -40,7 +39,7 @@ from ..modeling.heads import LabelTextHead
 from ..modeling.label_text import label_text_token_ids
 from ..modeling.text_length import text_length
 from ..modeling.zero_shot_pipeline import ranked_labels
-from .checkpoint_keys import renamed_key
+from .checkpoint_keys import checkpoint_weights, renamed_key
 from .in_flight import InFlightRequests, Prompts
 from .label_text import PLUGIN_TASK, own_label_prompts
 from .label_vector_cache import LabelVectorCache
@@ -219,25 +218,13 @@ def _label_ids(label_texts: list[str], tokenizer) -> list[list[int]]:
 def _load_head(config, model_config, prefix: str, legacy_key_mapping: dict[str, str]) -> LabelTextHead:
     """The checkpoint's head (a few weights, under ``prefix``), read from its safetensors files under the names
     transformers loads."""
-    from safetensors import safe_open
 
+    def name_for(key: str) -> str | None:
+        name = renamed_key(key, legacy_key_mapping)
+        return name[len(prefix) :] if name.startswith(prefix) else None
+
+    state = checkpoint_weights(model_config, name_for)
     head = LabelTextHead(config, 1)
-    folder = Path(model_config.model)
-    if not folder.is_dir():
-        from huggingface_hub import snapshot_download
-
-        folder = Path(
-            snapshot_download(
-                model_config.model, revision=model_config.revision, allow_patterns="*.safetensors"
-            )
-        )
-    state = {}
-    for path in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as weights:
-            for key in weights.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                name = renamed_key(key, legacy_key_mapping)
-                if name.startswith(prefix):
-                    state[name[len(prefix) :]] = weights.get_tensor(key)
     if "weight" in state:  # per_label: one weight vector per label, as wide as the pooled vectors
         head = LabelTextHead(config, state["weight"].shape[1])
     head.load_state_dict(state, strict=True)

@@ -1,5 +1,5 @@
 """Every command docs/serving.md prints runs as printed, on this CPU machine: in a folder that holds the checkpoints the
-commands name (sentiment, embedder, tagger, support, topics, intents), with `python` this venv's, in this machine's
+commands name (sentiment, embedder, manuals, tagger, support, topics, intents), with `python` this venv's, in this machine's
 environment without the test suite's own vLLM settings (make test-vllm's VLLM_CPU_KVCACHE_SPACE and
 VLLM_ENABLE_V1_MULTIPROCESSING): what a command needs, it must say itself. A server is started as printed, on the port
 it names, and the requests that follow it in its block are sent as printed (curl), each answered with JSON that is not
@@ -44,6 +44,7 @@ def checkpoints(minilm_path, tmp_path_factory):
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     save_checkpoint(folder / "sentiment", tokenizer, "mean")
     save_checkpoint(folder / "embedder", tokenizer, "mean", model_class=PooledModel)
+    save_checkpoint(folder / "manuals", tokenizer, "mean", document_window=64, document_pooling="transformer")
     save_checkpoint(
         folder / "tagger", tokenizer, "mean", model_class=PooledForTokenClassification, id2label=LABELS
     )

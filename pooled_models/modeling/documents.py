@@ -95,13 +95,14 @@ def tokenize_documents(
     encoded = _overflowing(tokenizer, list(texts), window, stride)
     names = [name for name in WINDOW_INPUTS if name in encoded]
     documents: dict[str, list[list[list[int]]]] = {name: [[] for _ in texts] for name in names}
+    special = set(
+        tokenizer.all_special_ids
+    )  # "[SEP]" written in a text is tokenized as the special token itself
     real_tokens = [0] * len(texts)
     for row, text_index in enumerate(encoded["overflow_to_sample_mapping"]):
         for name in names:
             documents[name][text_index].append(list(encoded[name][row]))
-        real_tokens[text_index] += len(encoded["special_tokens_mask"][row]) - sum(
-            encoded["special_tokens_mask"][row]
-        )
+        real_tokens[text_index] += sum(token not in special for token in encoded["input_ids"][row])
     for index, count in enumerate(real_tokens):
         if count == 0:
             raise ValueError(
@@ -126,7 +127,6 @@ def _overflowing(tokenizer, texts: list[str], window: int, stride: int):
             truncation=True,
             stride=stride,
             return_overflowing_tokens=True,
-            return_special_tokens_mask=True,
             return_attention_mask=False,
             padding=False,
         )

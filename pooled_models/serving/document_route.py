@@ -17,7 +17,8 @@ A request's windows and its layout stay on the request's own serving context (``
 requests in flight never see each other's. Refused with HTTP 400 (a ``ValueError`` naming the field): an empty
 document (no window), a document of more than ``MAX_DOCUMENT_WINDOWS`` windows, token ids or chat messages instead of
 text, and the request settings that would change a window (``truncate_prompt_tokens``, ``truncation_side``,
-``padding``, ``add_special_tokens=false``).
+``padding``, ``add_special_tokens=false``). The scoring routes (``/score``, ``/rerank``, ``LLM.score``), which run a
+text or a pair as one prompt, are refused for a document model.
 """
 
 from __future__ import annotations
@@ -206,7 +207,9 @@ def _request_factory_offline(route: DocumentRoute, processor, ctx):
 
     texts = [ctx.prompts] if isinstance(ctx.prompts, str) else list(ctx.prompts)
     if not texts or not all(isinstance(text, str) for text in texts):
-        raise ValueError("a document model reads text prompts (strings), cut into its windows by its tokenizer.")
+        raise ValueError(
+            "a document model reads text prompts (strings), cut into its windows by its tokenizer."
+        )
     if isinstance(ctx.lora_request, list) or not isinstance(ctx.pooling_params, PoolingParams | None):
         raise ValueError("a document model takes one PoolingParams and one lora_request for all its prompts.")
     documents = route.windows(texts)
@@ -231,12 +234,22 @@ def _post_process_offline(route: DocumentRoute, processor, ctx) -> list[PoolingR
     return route.answers(list(ctx.outputs), counts, params, "offline")
 
 
+def _refuse_scoring(route: DocumentRoute, processor, ctx):
+    raise ValueError(
+        "the scoring API (/score, /rerank, LLM.score) is not served for a document model: it runs each text (or pair) "
+        "as one prompt, and a document model reads a text in windows. Embed the texts (/v1/embeddings, LLM.embed: "
+        "the model's document vectors) and compare them, or classify each text (/classify)."
+    )
+
+
 _HOOKS = {
     "get_request_factory_online": _request_factory_online,
     "post_process_online": _post_process_online,
     "get_request_factory_offline": _request_factory_offline,
     "post_process_offline": _post_process_offline,
 }
+# The scoring routes' processors: refused for a document model (one prompt per text or pair).
+_SCORING_HOOKS = {"get_request_factory_online": _refuse_scoring, "get_request_factory_offline": _refuse_scoring}
 _ORIGINALS: dict[tuple[str, str], object] = {}
 
 
@@ -245,10 +258,13 @@ def install_document_route() -> None:
     document route, every other model's through vLLM's own methods."""
     from vllm.entrypoints.pooling.classify.io_processor import ClassifyIOProcessor
     from vllm.entrypoints.pooling.embed.io_processor import EmbedIOProcessor
+    from vllm.entrypoints.pooling.scoring.io_processor import BiEncoderIOProcessor, CrossEncoderIOProcessor
 
+    hooks = {ClassifyIOProcessor: _HOOKS, EmbedIOProcessor: _HOOKS}
+    hooks |= {BiEncoderIOProcessor: _SCORING_HOOKS, CrossEncoderIOProcessor: _SCORING_HOOKS}
     with _install_lock:
-        for processor_class in (ClassifyIOProcessor, EmbedIOProcessor):
-            for name, hook in _HOOKS.items():
+        for processor_class, methods in hooks.items():
+            for name, hook in methods.items():
                 key = (processor_class.__name__, name)
                 if key not in _ORIGINALS:
                     _ORIGINALS[key] = getattr(processor_class, name)

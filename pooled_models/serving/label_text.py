@@ -41,7 +41,6 @@ __all__ = ["LabelTextModelPooler", "PLUGIN_TASK", "own_label_prompts"]
 logger = init_logger(__name__)
 
 
-
 def own_label_prompts(config) -> list[list[int]]:
     """The model's own labels' prompts: each label's text (description included, ``label_text_ids``) with the marker
     (one past the vocabulary) in its first slot. As transformers builds the model: a config without the label texts'

@@ -22,10 +22,10 @@ from ..modeling.modeling_pooled import PooledClassifier, PooledForSequenceClassi
 from ..modeling.pooling import build_pooler
 from .backbones import backbone_for
 from .checkpoint_keys import renamed_key
+from .document_support import document_refusal
 from .label_text import LabelTextModelPooler
 from .label_tokens import LabelTokenModelPooler, tokenizer_refusal
 from .pooler import PooledModelPooler
-from .document_support import document_refusal
 from .support import refusal, served_tasks
 
 __all__ = ["ServedPooledClassifier", "ServedPooledModel"]

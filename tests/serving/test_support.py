@@ -208,3 +208,27 @@ def test_the_model_refuses_vllm_transformers_backend_attention():
     )
     with pytest.raises(ValueError, match=r"pooled_models\[vllm\]"):
         PooledModel(pooled)
+
+
+def engine(max_model_len: int = 128, chunked: bool = False) -> types.SimpleNamespace:
+    """What document_refusal reads of vLLM's model config."""
+    pooler = types.SimpleNamespace(enable_chunked_processing=chunked)
+    return types.SimpleNamespace(max_model_len=max_model_len, pooler_config=pooler)
+
+
+def test_document_models_are_served_and_refused_by_name_where_not_exact():
+    from pooled_models.serving.document_support import document_refusal
+
+    served = config("mean", document_window=32, document_pooling="transformer")
+    assert document_refusal(served, CLASSIFIER, engine()) is None
+    assert document_refusal(config("max", document_window=32), "PooledModel", engine()) is None
+    assert document_refusal(config("mean"), CLASSIFIER, engine(max_model_len=8)) is None  # not a document model
+    assert_refused(
+        document_refusal(config("label_text", document_window=32), CLASSIFIER, engine()),
+        "pooling='label_text'",
+        "document mode",
+    )
+    too_long = document_refusal(served, CLASSIFIER, engine(max_model_len=16))
+    assert "a window is 32 tokens" in too_long and "--max-model-len 32" in too_long
+    chunked = document_refusal(served, CLASSIFIER, engine(chunked=True))
+    assert "enable_chunked_processing" in chunked and "document_pooling" in chunked

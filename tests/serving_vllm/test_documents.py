@@ -37,7 +37,9 @@ def pipeline_scores(model, texts) -> torch.Tensor:
     answers = pipeline("text-classification", model=model, tokenizer=model_tokenizer(model))(
         list(texts), top_k=None, batch_size=2
     )
-    return torch.tensor([[{a["label"]: a["score"] for a in row}[LABELS[i]] for i in LABELS] for row in answers])
+    return torch.tensor(
+        [[{a["label"]: a["score"] for a in row}[LABELS[i]] for i in LABELS] for row in answers]
+    )
 
 
 def model_tokenizer(model):
@@ -112,21 +114,27 @@ def test_a_document_embedder_embeds_as_encode(minilm_path, tmp_path):
     folder = save_checkpoint(
         tmp_path, AutoTokenizer.from_pretrained(minilm_path), "max", model_class=PooledModel, **settings
     )
-    texts = DOCUMENTS[:2] + [MATCH * 7]
+    texts = [DOCUMENTS[0], MATCH * 7, DOCUMENTS[3]]
     expected = torch.as_tensor(PooledModel.from_pretrained(folder).eval().encode(texts))
     with offline_engine(folder) as llm:
         served = torch.tensor([output.outputs.embedding for output in llm.embed(texts, use_tqdm=False)])
+        with pytest.raises(ValueError, match="scoring API .* is not served for a document model"):
+            llm.score(texts[0], texts[1], use_tqdm=False)  # one prompt per text: refused, not answered
     torch.testing.assert_close(served, expected, atol=TOLERANCE, rtol=0)
     assert torch.allclose(served.norm(dim=-1), torch.ones(len(texts)), atol=1e-5)
 
 
-def test_offline_classify_reads_documents_and_a_window_past_the_engine_is_refused_at_load(minilm_path, tmp_path):
+def test_offline_classify_reads_documents_and_a_window_past_the_engine_is_refused_at_load(
+    minilm_path, tmp_path
+):
     folder = save_checkpoint(tmp_path, AutoTokenizer.from_pretrained(minilm_path), "mean", **DOCUMENT)
     texts = [MATCH * 20, "I love this."]
     with offline_engine(folder) as llm:
         served = torch.tensor([output.outputs.probs for output in llm.classify(texts, use_tqdm=False)])
     torch.testing.assert_close(served, pipeline_scores(str(folder), texts), atol=TOLERANCE, rtol=0)
-    with pytest.raises(ValueError, match="cannot serve PooledForSequenceClassification in document mode") as refused:
+    with pytest.raises(
+        ValueError, match="cannot serve PooledForSequenceClassification in document mode"
+    ) as refused:
         with offline_engine(folder, max_model_len=32):
             pass
     assert "--max-model-len 64" in str(refused.value)

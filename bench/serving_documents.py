@@ -94,7 +94,9 @@ def build_checkpoints(work: Path, topics: list[str], pooling: str, tokenizer) ->
             parameter.add_(0.1 * torch.randn_like(parameter))
     folders = work / "document", work / "truncated"
     model.save_pretrained(folders[0])
-    PooledForSequenceClassification.from_pretrained(folders[0], document_window=None).save_pretrained(folders[1])
+    PooledForSequenceClassification.from_pretrained(folders[0], document_window=None).save_pretrained(
+        folders[1]
+    )
     for folder in folders:
         tokenizer.save_pretrained(folder)
     return folders
@@ -135,7 +137,11 @@ def load(server: Server, bodies: list[dict], clients: int, requests: int) -> dic
 
 
 def measure(servers: dict[str, Server], bodies: dict[str, list[dict]], windows: list[int], args) -> dict:
-    sent = sum(windows[(i * args.requests + r) % len(windows)] for i in range(args.clients) for r in range(args.requests))
+    sent = sum(
+        windows[(i * args.requests + r) % len(windows)]
+        for i in range(args.clients)
+        for r in range(args.requests)
+    )
     rounds: dict[str, list[dict]] = {name: [] for name in servers}
     for round_index in range(args.rounds):
         order = list(servers) if round_index % 2 == 0 else list(reversed(servers))
@@ -189,7 +195,9 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=2000, help="each document runs past this many tokens")
-    parser.add_argument("--pooling", default="transformer", help="the cross-window pooling (document_pooling)")
+    parser.add_argument(
+        "--pooling", default="transformer", help="the cross-window pooling (document_pooling)"
+    )
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--requests", type=int, default=16, help="requests per client, one document each")
     parser.add_argument("--rounds", type=int, default=3)

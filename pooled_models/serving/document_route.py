@@ -249,7 +249,10 @@ _HOOKS = {
     "post_process_offline": _post_process_offline,
 }
 # The scoring routes' processors: refused for a document model (one prompt per text or pair).
-_SCORING_HOOKS = {"get_request_factory_online": _refuse_scoring, "get_request_factory_offline": _refuse_scoring}
+_SCORING_HOOKS = {
+    "get_request_factory_online": _refuse_scoring,
+    "get_request_factory_offline": _refuse_scoring,
+}
 _ORIGINALS: dict[tuple[str, str], object] = {}
 
 

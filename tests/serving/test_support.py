@@ -222,7 +222,9 @@ def test_document_models_are_served_and_refused_by_name_where_not_exact():
     served = config("mean", document_window=32, document_pooling="transformer")
     assert document_refusal(served, CLASSIFIER, engine()) is None
     assert document_refusal(config("max", document_window=32), "PooledModel", engine()) is None
-    assert document_refusal(config("mean"), CLASSIFIER, engine(max_model_len=8)) is None  # not a document model
+    assert (
+        document_refusal(config("mean"), CLASSIFIER, engine(max_model_len=8)) is None
+    )  # not a document model
     assert_refused(
         document_refusal(config("label_text", document_window=32), CLASSIFIER, engine()),
         "pooling='label_text'",

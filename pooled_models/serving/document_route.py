@@ -31,6 +31,7 @@ from vllm import PoolingParams
 from vllm.outputs import PoolingOutput, PoolingRequestOutput
 from vllm.renderers.inputs.preprocess import parse_model_prompt
 
+from ..modeling.configuration_pooled import PooledConfig
 from ..modeling.documents import document_windows_from, tokenize_documents
 from .document_support import MAX_DOCUMENT_WINDOWS, is_document_model
 from .pooler import PLUGIN_TASK, LogitCalibration, PooledModelPooler
@@ -162,9 +163,8 @@ def _route(processor) -> DocumentRoute | None:
     route = processor.__dict__.get("_pooled_document_route", _NOT_BUILT)
     if route is _NOT_BUILT:
         model_config = processor.model_config
-        is_pooled = type(model_config.hf_config).__name__ == "PooledConfig"
         route = None
-        if is_pooled and is_document_model(model_config.hf_config):
+        if isinstance(model_config.hf_config, PooledConfig) and is_document_model(model_config.hf_config):
             route = DocumentRoute(model_config, processor.renderer.get_tokenizer())
         processor._pooled_document_route = route
     return route

@@ -157,6 +157,10 @@ def test_the_pipeline_reads_a_20000_token_text_batched_with_short_ones(tokenizer
     torch.testing.assert_close(
         torch.tensor([got[f"LABEL_{i}"] for i in range(3)]), expected, atol=1e-5, rtol=1e-5
     )
+    with pytest.raises(
+        ValueError, match="max_length, truncation: a model in document mode .* reads the whole text"
+    ):
+        classify(texts[1], truncation=True, max_length=24)
     # control: the text cut at one window scores otherwise
     cut = tokenizer(texts[1], truncation=True, max_length=24, return_tensors="pt")
     with torch.no_grad():

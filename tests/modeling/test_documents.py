@@ -350,3 +350,11 @@ def test_document_windows_from_a_window_to_document_index():
     assert document_windows_from([0, 0, 1, 2, 2, 2]).tolist() == [[0, 1, -1], [2, -1, -1], [3, 4, 5]]
     with pytest.raises(ValueError, match="number the documents from 0 in order"):
         document_windows_from([0, 2, 1])
+
+
+def test_packed_windows_give_the_padded_batchs_scores():
+    padded = document_model(document_pooling="attention")
+    packed = document_model(document_pooling="attention", packed_batches=True)
+    batch = document_batch(random_documents([3, 1, 2], seed=8), PAD_ID)
+    with torch.no_grad():
+        torch.testing.assert_close(packed(**batch).logits, padded(**batch).logits, atol=1e-5, rtol=1e-5)

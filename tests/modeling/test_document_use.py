@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from helpers import PAD_ID, run_without_package, tiny_backbone_config, tiny_model
+from helpers import PAD_ID, rendered_card, run_without_package, tiny_backbone_config, tiny_model
 from transformers import AutoModel, AutoTokenizer, Trainer, TrainingArguments, pipeline
 
 from pooled_models import (
@@ -290,39 +290,12 @@ def test_a_document_checkpoint_reads_whole_texts_without_the_package(tokenizer, 
 
 
 def test_the_model_card_states_the_window_settings(tmp_path):
-    from pooled_models.modeling.heads import LinearHead
-    from pooled_models.train.arguments import DataArguments
-    from pooled_models.train.card import CardData, TaskCard, render_model_card
-
     def card_of(**settings) -> str:
+        backbone = tiny_backbone_config("bert")
         config = PooledConfig(
-            backbone_config=tiny_backbone_config("bert"),
-            num_labels=2,
-            problem_type="single_label_classification",
-            **settings,
+            backbone_config=backbone, num_labels=2, problem_type="single_label_classification", **settings
         )
-        task = TaskCard(
-            name="sequence",
-            kind="sequence",
-            config=config,
-            head_class=LinearHead,
-            data=DataArguments(train_file="train.csv"),
-            splits=[{"name": "train", "rows": 10, "truncated": 0, "source": "train.csv"}],
-            max_seq_length=64,
-        )
-        facts = CardData(
-            model_name="long",
-            repo_id="someone/long",
-            base_model="tiny",
-            base_model_on_hub=False,
-            publishes="sequence",
-            tasks=[task],
-            training_settings={"seed": 3},
-            metrics={},
-            example_text="a text",
-        )
-        render_model_card(facts).save(tmp_path / "README.md")
-        return (tmp_path / "README.md").read_text()
+        return rendered_card(config, tmp_path)
 
     card = card_of(document_window=48, document_stride=6, document_pooling="transformer")
     for row in (

@@ -92,6 +92,10 @@ def test_a_window_past_the_backbones_positions_is_refused_naming_the_setting():
     with pytest.raises(ValueError, match=r"less the 3 label tokens .* valid values are 2 to 61"):
         tiny_model("label_tokens", label_token_init="random", document_window=62)
     tiny_model("label_tokens", label_token_init="random", document_window=61)
+    with pytest.raises(
+        ValueError, match=r"document_transformer_heads=5 must divide .* \(32\); valid choices up to 8"
+    ):
+        tiny_model("mean", document_window=12, document_pooling="transformer", document_transformer_heads=5)
 
 
 def test_settings_survive_save_reload_edits_and_overrides(tmp_path):

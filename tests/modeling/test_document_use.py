@@ -119,7 +119,7 @@ def test_trainer_with_the_collator_learns_and_trains_backbone_and_cross_window_p
     arguments = TrainingArguments(
         output_dir=str(tmp_path / "run"),
         per_device_train_batch_size=4,
-        num_train_epochs=5,
+        num_train_epochs=3,
         learning_rate=3e-3,
         report_to=[],
         save_strategy="no",

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from ..errors import UsageError
+
 __all__ = ["NonFiniteLossError", "LossGuard", "rows_of_batch", "non_finite_message", "KEPT_BATCHES"]
 
 # The batches (their token ids, by reference) kept to name the rows of a step whose loss was not finite: the last
@@ -29,8 +31,9 @@ KEPT_BATCHES = 64
 STACKED_STEPS = 256
 
 
-class NonFiniteLossError(RuntimeError):
-    """A training loss that is not finite (nan or inf): the step and the rows of its batch are named."""
+class NonFiniteLossError(UsageError):
+    """A training loss that is not finite (nan or inf): the step and the rows of its batch are named (printed as
+    one line, as every error the user can act on)."""
 
 
 class LossGuard:

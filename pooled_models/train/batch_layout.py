@@ -56,7 +56,9 @@ class BatchLayout:
     """How a run lays its batches out, as chosen once before its Trainer is built."""
 
     padding_free: bool
-    buckets: tuple[int, ...] | None  # the length buckets padded batches are padded to; None: to the longest text
+    buckets: (
+        tuple[int, ...] | None
+    )  # the length buckets padded batches are padded to; None: to the longest text
     max_length: int  # the run's text length (a batch longer than the last bucket is padded to it)
     lines: tuple[str, ...]  # what the run's log says of the choices, and why
 
@@ -64,8 +66,10 @@ class BatchLayout:
         """The model card's rows for the choices the training settings do not show."""
         if self.buckets is None:
             return {}
-        return {"length buckets": f"{', '.join(map(str, self.buckets))} tokens (a batch padded to the smallest "
-                "that holds it; quantiles of the training texts' lengths)"}
+        return {
+            "length buckets": f"{', '.join(map(str, self.buckets))} tokens (a batch padded to the smallest "
+            "that holds it; quantiles of the training texts' lengths)"
+        }
 
 
 def padding_free_refusal(args, model, kinds: dict[str, str]) -> str | None:
@@ -104,11 +108,7 @@ def choose_padding_free(
     if setting == "false":
         return False, "Batches: padded (--padding_free false)"
     refusal = padding_free_refusal(args, model, kinds)
-    if (
-        refusal is None
-        and setting == "auto"
-        and (tokens_per_step or math.inf) < PADDING_FREE_MIN_TOKENS
-    ):
+    if refusal is None and setting == "auto" and (tokens_per_step or math.inf) < PADDING_FREE_MIN_TOKENS:
         refusal = (
             f"a training step carries about {tokens_per_step:,.0f} real tokens, fewer than {PADDING_FREE_MIN_TOKENS:,}, "
             "where padded batches train as fast (docs/performance.md, 'On a GPU'); --padding_free true to force it"
@@ -171,9 +171,12 @@ def choose_buckets(
             raise UsageError(f"--pad_to_buckets true: {refusal}.")
         return None, f"Padding: to each batch's longest text; length buckets are off: {refusal}"
     buckets = bucket_lengths(lengths, args.length_buckets, max_length)
-    why = "so that a compiled model meets a few shapes" if args.torch_compile else "few shapes, little padding"
+    why = (
+        "so that a compiled model meets a few shapes" if args.torch_compile else "few shapes, little padding"
+    )
     return buckets, (
-        f"Padding: to {len(buckets)} length buckets ({', '.join(map(str, buckets))} tokens; quantiles of the "
+        f"Padding: to {len(buckets)} length bucket{'s' if len(buckets) > 1 else ''} ({', '.join(map(str, buckets))} "
+        "tokens; quantiles of the "
         f"training texts' lengths, --length_buckets {args.length_buckets}), {why}"
     )
 

@@ -43,7 +43,9 @@ class LossGuard:
         self.steps: list[int] = []  # the optimisation step of each loss kept (micro-batches share their step)
         self.stacked: list[torch.Tensor] = []
         self.pending: list[torch.Tensor] = []
-        self.batches: deque = deque(maxlen=kept_batches)  # (index among the losses kept, input_ids, attention_mask)
+        self.batches: deque = deque(
+            maxlen=kept_batches
+        )  # (index among the losses kept, input_ids, attention_mask)
 
     def record(self, step: int, loss: torch.Tensor, inputs: Mapping[str, Any]) -> None:
         """Keep ``loss`` (a device tensor, not read) of optimisation step ``step`` and a reference to its batch."""
@@ -85,9 +87,12 @@ def _texts(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list
     return [row[keep].tolist() for row, keep in zip(ids, mask, strict=True)]
 
 
-def rows_of_batch(texts: Sequence[Sequence[int]], dataset) -> list[int]:
+def rows_of_batch(texts: Sequence[Sequence[int]], dataset) -> list[int] | None:
     """The indices of the training rows (0-based, in the training data's order) whose token ids are ``texts``: each
-    text's first row not taken yet (a text that occurs twice names both rows in turn)."""
+    text's first row not taken yet (a text that occurs twice names both rows in turn). None where the training rows
+    are not one dataset (several tasks)."""
+    if not hasattr(dataset, "with_format"):
+        return None
     wanted: dict[tuple[int, ...], int] = {}
     for text in texts:
         wanted[tuple(text)] = wanted.get(tuple(text), 0) + 1
@@ -101,19 +106,22 @@ def rows_of_batch(texts: Sequence[Sequence[int]], dataset) -> list[int]:
 
 
 def non_finite_message(found: tuple | None, rows: list[int] | None, logged: float) -> str:
-    """What the run says when it stops (``found``: LossGuard.first_non_finite's answer)."""
+    """What the run says when it stops (``found``: LossGuard.first_non_finite's answer; ``rows``: its batch's)."""
     if found is None:
         return (
             f"The training loss is not finite: {logged} logged, though every step's loss since the last log was "
             "finite (their sum overflowed). The run stops and publishes nothing; lower --learning_rate."
         )
-    step, loss, _ = found
+    step, loss, texts = found
     value = "nan" if math.isnan(loss) else ("inf" if loss > 0 else "-inf")
-    where = (
-        f"the batch of training rows {', '.join(map(str, rows))} (0-based, in the training data's order)"
-        if rows
-        else f"its batch is no longer kept (the last {KEPT_BATCHES} steps' are)"
-    )
+    if rows:
+        where = (
+            f"the batch of training rows {', '.join(map(str, rows))} (0-based, in the training data's order)"
+        )
+    elif texts is None:
+        where = f"a batch no longer kept (the last {KEPT_BATCHES} steps' are)"
+    else:
+        where = f"a batch of {len(texts)} texts of one of the tasks"
     return (
         f"The training loss is not finite: {value} at step {step}, on {where}; the logged loss was {logged}. "
         "The run stops and publishes nothing. Look at those rows, lower --learning_rate, or train in bf16 rather "

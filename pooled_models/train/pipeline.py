@@ -125,7 +125,11 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     layout = _lay_out_batches(training_args, model, tasks, max_length)
     say(
         training_args,
-        [describe_model(model, source.base_model, parameters), describe_length(max_length, origin), *layout.lines],
+        [
+            describe_model(model, source.base_model, parameters),
+            describe_length(max_length, origin),
+            *layout.lines,
+        ],
     )
 
     # Everything is checked: from here on the run writes, into the staging folder only.
@@ -152,8 +156,12 @@ def _lay_out_batches(training_args, model, tasks: dict[str, TaskData], max_lengt
     lines that say which; every token id checked against the model's vocabulary once, so the model need not read
     them back at each step."""
     kinds = {name: task.kind for name, task in tasks.items()}
-    padding_free, line = choose_padding_free(training_args, model, kinds, tokens_per_step(training_args, tasks))
-    buckets, padding = choose_buckets(training_args, kinds, padding_free, _training_lengths(tasks), max_length)
+    padding_free, line = choose_padding_free(
+        training_args, model, kinds, tokens_per_step(training_args, tasks)
+    )
+    buckets, padding = choose_buckets(
+        training_args, kinds, padding_free, _training_lengths(tasks), max_length
+    )
     for task in tasks.values():
         check_token_ids(task, model.get_input_embeddings().num_embeddings)
     return BatchLayout(padding_free, buckets, max_length, (line, padding))

@@ -21,13 +21,11 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 
 import torch
-
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 from transformers.trainer_utils import speed_metrics
 
 from ..modeling.configuration_multitask import SEQUENCE
-from .data.buckets import warm_up_rows
 from .data.batching import (
     LengthGroupedRowSampler,
     LengthSortedSampler,
@@ -35,6 +33,7 @@ from .data.batching import (
     restore_input_order,
     token_lengths,
 )
+from .data.buckets import warm_up_rows
 from .data.flat import FlatCollator
 from .data.multitask import TASK_KEY, MultiTaskRows, TaskBatchSampler
 from .data.token_budget import TokenBudgetBatches

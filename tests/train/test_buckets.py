@@ -71,7 +71,9 @@ def test_the_collator_pads_to_the_smallest_bucket_that_holds_the_batch(minilm_to
     batch = collator(rows)
     assert batch["input_ids"].shape == (2, 16) and batch["attention_mask"].sum().item() == 12
     assert collator(rows[:1])["input_ids"].shape == (1, 8)
-    assert collator([{**rows[0], "input_ids": [1] * 40, "attention_mask": [1] * 40}])["input_ids"].shape[1] == 64
+    assert (
+        collator([{**rows[0], "input_ids": [1] * 40, "attention_mask": [1] * 40}])["input_ids"].shape[1] == 64
+    )
     tokens = TaskCollator(minilm_tokenizer, {"": "token"}, buckets=(8, 16), max_length=64)
     tagged = tokens([{"input_ids": [5] * 9, "attention_mask": [1] * 9, "labels": [1] * 9}])
     assert tagged["labels"].shape == (1, 16) and tagged["labels"][0, 9:].eq(-100).all()
@@ -137,7 +139,9 @@ ARGS = ["--model_name_or_path", "m", "--train_file", "t.csv", "--output_dir", "o
     ],
 )
 def test_what_breaks_cuda_graphs_is_refused_by_name(flags, message):
-    with pytest.raises(UsageError, match=f"--torch_compile_mode reduce-overhead records CUDA graphs.*{message}"):
+    with pytest.raises(
+        UsageError, match=f"--torch_compile_mode reduce-overhead records CUDA graphs.*{message}"
+    ):
         parse_arguments([*ARGS, "--torch_compile_mode", "reduce-overhead", *flags])
     parse_arguments([*ARGS, "--torch_compile_mode", "default", *flags])  # the control: without CUDA graphs
 
@@ -161,7 +165,10 @@ def test_a_config_files_true_is_read_as_the_choice_not_written_back(tmp_path):
 
     with pytest.raises(UsageError, match="--padding_free true: torch's varlen kernel runs on CUDA GPUs only"):
         batch_layout.choose_padding_free(layout_args, tiny_model("mean"), {"": "sequence"})
-    assert "--pad_to_buckets false" in batch_layout.choose_buckets(layout_args, {"": "sequence"}, False, [4], 8)[1]
+    assert (
+        "--pad_to_buckets false"
+        in batch_layout.choose_buckets(layout_args, {"": "sequence"}, False, [4], 8)[1]
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -173,7 +180,9 @@ def test_a_config_files_true_is_read_as_the_choice_not_written_back(tmp_path):
 def test_the_loader_settings_follow_the_device(monkeypatch, accelerator):
     monkeypatch.setattr(training_arguments, "uses_an_accelerator", lambda use_cpu: accelerator)
     *_, args = parse_arguments(ARGS)
-    assert args.dataloader_num_workers == (training_arguments.ACCELERATOR_LOADER_WORKERS if accelerator else 0)
+    assert args.dataloader_num_workers == (
+        training_arguments.ACCELERATOR_LOADER_WORKERS if accelerator else 0
+    )
     assert args.dataloader_pin_memory is accelerator
     assert (args.accelerator_config.non_blocking if accelerator else True) is True
     assert args.logging_nan_inf_filter is False  # the loss is checked at logging instead (no sync a step)
@@ -188,7 +197,9 @@ def test_a_compiled_run_on_buckets_drops_its_last_smaller_batch(tmp_path):
     *_, args = parse_arguments([*ARGS, "--torch_compile", "true", "--pad_to_buckets", "true"])
     assert not args.dataloader_drop_last
     assert _trainer_args(args, tasks, tmp_path, True).dataloader_drop_last is True
-    *_, eager = parse_arguments([*ARGS, "--pad_to_buckets", "true"])  # the control: a shape more costs little eager
+    *_, eager = parse_arguments(
+        [*ARGS, "--pad_to_buckets", "true"]
+    )  # the control: a shape more costs little eager
     assert _trainer_args(eager, tasks, tmp_path, True).dataloader_drop_last is False
 
 
@@ -200,7 +211,9 @@ def test_a_compiled_run_on_buckets_drops_its_last_smaller_batch(tmp_path):
 def _mixed_lengths(tmp_path):
     rng = random.Random(0)
     topics = list(WORDS)
-    rows = [{"text": sentence(rng, topics[i % 3], rng.randint(1, 36)), "label": topics[i % 3]} for i in range(32)]
+    rows = [
+        {"text": sentence(rng, topics[i % 3], rng.randint(1, 36)), "label": topics[i % 3]} for i in range(32)
+    ]
     return str(write_rows(tmp_path / "train.jsonl", rows))
 
 
@@ -211,7 +224,16 @@ def _compiled_run(backbone, tmp_path, name, *flags):
     counters.clear()
     common = ["--train_file", _mixed_lengths(tmp_path), "--do_train", "--num_train_epochs", "1"]
     common += ["--per_device_train_batch_size", "8", "--save_strategy", "no", "--max_seq_length", "48"]
-    common += ["--torch_compile", "true", "--torch_compile_backend", "eager", "--length_buckets", "3", "--pooling", "mean"]
+    common += [
+        "--torch_compile",
+        "true",
+        "--torch_compile_backend",
+        "eager",
+        "--length_buckets",
+        "3",
+        "--pooling",
+        "mean",
+    ]
     result = train(backbone, tmp_path / name, *common, *flags)
     return result, counters["stats"]["unique_graphs"]
 
@@ -222,7 +244,10 @@ def test_a_compiled_model_meets_only_the_bucket_shapes(monkeypatch, tmp_path, ti
     out = capsys.readouterr().out
     buckets = tuple(int(n) for n in out.split("length buckets (")[1].split(" tokens")[0].split(", "))
     # One static graph per bucket, compiled before step 1; a training batch of any other shape would add one.
-    assert graphs == len(buckets) == 3, (graphs, buckets)  # dynamo's default would make it 2 (static, dynamic)
+    assert graphs == len(buckets) == 3, (
+        graphs,
+        buckets,
+    )  # dynamo's default would make it 2 (static, dynamic)
     assert "length buckets" in (result.output_dir / "README.md").read_text()
     # The control: the same compiled run without buckets, each shape compiled statically as buckets are: more graphs.
     monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
@@ -230,7 +255,9 @@ def test_a_compiled_model_meets_only_the_bucket_shapes(monkeypatch, tmp_path, ti
     assert unbucketed > len(buckets), unbucketed
 
 
-def test_a_non_finite_loss_stops_the_run_naming_the_step_and_its_rows(tmp_path, tiny_backbone_path, minilm_tokenizer):
+def test_a_non_finite_loss_stops_the_run_naming_the_step_and_its_rows(
+    tmp_path, tiny_backbone_path, minilm_tokenizer
+):
     rows = topic_rows(48)
     data = write_rows(tmp_path / "train.jsonl", rows)
     seen = []
@@ -244,7 +271,15 @@ def test_a_non_finite_loss_stops_the_run_naming_the_step_and_its_rows(tmp_path, 
                 with torch.no_grad():
                     next(model.classifier.parameters()).fill_(float("nan"))
 
-    flags = ["--train_file", str(data), "--do_train", "--logging_steps", "2", "--per_device_train_batch_size", "8"]
+    flags = [
+        "--train_file",
+        str(data),
+        "--do_train",
+        "--logging_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "8",
+    ]
     with pytest.raises(NonFiniteLossError, match=r"nan at step 3, on the batch of training rows ") as error:
         train(tiny_backbone_path, tmp_path / "out", *flags, callbacks=[Poison()])
     named = [int(n) for n in str(error.value).split("training rows ")[1].split(" (")[0].split(", ")]
@@ -253,3 +288,38 @@ def test_a_non_finite_loss_stops_the_run_naming_the_step_and_its_rows(tmp_path, 
     encoded = [tuple(minilm_tokenizer(rows[n]["text"])["input_ids"]) for n in named]
     assert len(named) == 8 and set(encoded) == third
     assert leftovers(tmp_path / "out") == []  # nothing half-written
+
+
+def test_the_warm_up_leaves_the_weights_the_gradients_and_the_random_state_as_they_were(
+    tmp_path, minilm_tokenizer
+):
+    from datasets import Dataset
+    from helpers import tiny_model
+    from transformers import TrainingArguments
+
+    from pooled_models.train.trainer import PooledTrainer
+
+    lengths = [3, 5, 9, 14, 20, 30]
+    rows = Dataset.from_dict({"input_ids": [[5] * n for n in lengths], "labels": [0, 1, 2, 0, 1, 2]})
+    model = tiny_model("mean").train()
+    args = TrainingArguments(
+        output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_train_batch_size=2
+    )
+    collator = TaskCollator(minilm_tokenizer, {"": "sequence"}, buckets=(8, 16, 32), max_length=32)
+    trainer = PooledTrainer(
+        model=model, args=args, train_dataset=rows, data_collator=collator, length_buckets=(8, 16, 32)
+    )
+    assert not trainer.warm_up_pending  # not compiled: nothing to warm up
+    shapes = []
+    model.register_forward_pre_hook(
+        lambda m, a, k: shapes.append(tuple(k["input_ids"].shape)), with_kwargs=True
+    )
+    weights = {name: value.clone() for name, value in model.state_dict().items()}
+    state = torch.get_rng_state()
+    trainer.current_gradient_accumulation_steps = 1  # what Trainer's training loop sets before the first step
+    trainer.warm_up(model)
+    assert shapes == [(2, 8), (2, 16), (2, 32)]  # one batch per bucket, padded to it
+    assert torch.equal(torch.get_rng_state(), state)  # dropout drew nothing the run will see
+    assert all(parameter.grad is None for parameter in model.parameters())
+    assert all(torch.equal(value, weights[name]) for name, value in model.state_dict().items())
+    assert not torch.equal(torch.rand(1), torch.rand(1))  # the control: drawing does move the state

@@ -78,7 +78,9 @@ class SpeedArguments:
     )
     length_buckets: int = field(
         default=LENGTH_BUCKETS,
-        metadata={"help": "How many bucket lengths --pad_to_buckets cuts the training texts' lengths into (at most)."},
+        metadata={
+            "help": "How many bucket lengths --pad_to_buckets cuts the training texts' lengths into (at most)."
+        },
     )
 
 
@@ -101,12 +103,17 @@ def check_speed_arguments(args) -> None:
     if choice(args, "pad_to_buckets") == "true":
         for name, other in (
             ("pad_to_multiple_of", "pads to a multiple instead"),
-            ("max_tokens_per_batch", "varies the rows of a batch, so its shapes are many whatever the padding"),
+            (
+                "max_tokens_per_batch",
+                "varies the rows of a batch, so its shapes are many whatever the padding",
+            ),
         ):
             if getattr(args, name) is not None:
                 raise UsageError(f"--pad_to_buckets true: --{name} {other}; set one of the two.")
         if choice(args, "padding_free") == "true":
-            raise UsageError("--pad_to_buckets true pads batches, and --padding_free true asks for none; set one.")
+            raise UsageError(
+                "--pad_to_buckets true pads batches, and --padding_free true asks for none; set one."
+            )
     _refuse_what_breaks_cuda_graphs(args)
 
 

@@ -307,7 +307,9 @@ class PooledTrainingArguments(SpeedArguments, TrainingArguments):
         if self.dataloader_pin_memory is None:
             self.dataloader_pin_memory = uses_an_accelerator(self.use_cpu)
         if self.dataloader_num_workers is None:
-            self.dataloader_num_workers = ACCELERATOR_LOADER_WORKERS if uses_an_accelerator(self.use_cpu) else 0
+            self.dataloader_num_workers = (
+                ACCELERATOR_LOADER_WORKERS if uses_an_accelerator(self.use_cpu) else 0
+            )
         if self.accelerator_config is None and self.dataloader_pin_memory:
             # Pinned batches copied to the device without waiting for it (accelerate's non_blocking, which it
             # advises with pinned memory): a blocking copy is a host synchronisation per tensor per step

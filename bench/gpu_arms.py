@@ -375,8 +375,7 @@ def run_trainer(spec: dict, grouped: bool, clock_args: tuple, callbacks=()) -> t
     args = TrainingArguments(
         output_dir=str(spec["output_dir"]),
         per_device_train_batch_size=spec["batch_size"],
-        max_steps=-1 if spec.get("epoch") else clock.warmup + clock.steps,
-        num_train_epochs=1,
+        **({"num_train_epochs": 1} if spec.get("epoch") else {"max_steps": clock.warmup + clock.steps}),
         bf16=spec["bf16"],
         seed=spec["seed"],
         save_strategy="no",

@@ -107,21 +107,14 @@ def compiled_parity(
     from transformers import AutoTokenizer
 
     from pooled_models import PooledForSequenceClassification
-    from pooled_models.train.data.buckets import bucket_for, bucket_lengths
+    from pooled_models.train.data.buckets import bucket_lengths
 
     device = "cpu" if dry_run else "cuda"
     steps = 3 if dry_run else steps
     tokenizer = AutoTokenizer.from_pretrained(backbone)
     encoded = tokenizer(texts[: PARITY_TEXTS * steps], truncation=True, max_length=max_length)["input_ids"]
     buckets = bucket_lengths([len(ids) for ids in encoded], 6, max_length)
-    batches = []
-    for start in range(0, PARITY_TEXTS * steps, PARITY_TEXTS):
-        rows = encoded[start : start + PARITY_TEXTS] or encoded[:PARITY_TEXTS]
-        width = bucket_for(max(map(len, rows)), buckets, max_length)
-        padded = tokenizer.pad(
-            {"input_ids": rows}, padding="max_length", max_length=width, return_tensors="pt"
-        )
-        batches.append({key: value.to(device) for key, value in padded.items()})
+    batches = _bucket_batches(tokenizer, encoded, buckets, max_length, steps, device)
     labels = torch.arange(PARITY_TEXTS, device=device) % 4
     models = []
     for compiled in (False, True):
@@ -163,6 +156,21 @@ def compiled_parity(
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return figures
+
+
+def _bucket_batches(tokenizer, encoded, buckets, max_length: int, steps: int, device: str) -> list[dict]:
+    """``steps`` batches of PARITY_TEXTS texts each, padded to their length bucket as train.py pads them."""
+    from pooled_models.train.data.buckets import bucket_for
+
+    batches = []
+    for start in range(0, PARITY_TEXTS * steps, PARITY_TEXTS):
+        rows = encoded[start : start + PARITY_TEXTS] or encoded[:PARITY_TEXTS]
+        width = bucket_for(max(map(len, rows)), buckets, max_length)
+        padded = tokenizer.pad(
+            {"input_ids": rows}, padding="max_length", max_length=width, return_tensors="pt"
+        )
+        batches.append({key: value.to(device) for key, value in padded.items()})
+    return batches
 
 
 def _losses(model, batches, labels) -> list[float]:

@@ -123,14 +123,8 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
         zero_shot = ZeroShotEvaluation(zero_shot_rows, tokenizer, max_length)
     _prepare_for_training(plan, model)
     layout = _lay_out_batches(training_args, model, tasks, max_length)
-    say(
-        training_args,
-        [
-            describe_model(model, source.base_model, parameters),
-            describe_length(max_length, origin),
-            *layout.lines,
-        ],
-    )
+    described = [describe_model(model, source.base_model, parameters), describe_length(max_length, origin)]
+    say(training_args, [*described, *layout.lines])
 
     # Everything is checked: from here on the run writes, into the staging folder only.
     if training_args.should_save:

@@ -304,18 +304,21 @@ class PooledTrainingArguments(SpeedArguments, TrainingArguments):
             # TrainingArguments only sets up CPU data parallelism (gloo) when asked to use the CPU; without it every
             # process launched by `accelerate launch --multi_gpu` on a machine without GPUs trains alone.
             self.use_cpu = True
+        self._device_defaults()
+        super().__post_init__()
+
+    def _device_defaults(self) -> None:
+        """The loader settings left unset, for the device the run computes on."""
+        accelerator = uses_an_accelerator(self.use_cpu)
         if self.dataloader_pin_memory is None:
-            self.dataloader_pin_memory = uses_an_accelerator(self.use_cpu)
+            self.dataloader_pin_memory = accelerator
         if self.dataloader_num_workers is None:
-            self.dataloader_num_workers = (
-                ACCELERATOR_LOADER_WORKERS if uses_an_accelerator(self.use_cpu) else 0
-            )
+            self.dataloader_num_workers = ACCELERATOR_LOADER_WORKERS if accelerator else 0
         if self.accelerator_config is None and self.dataloader_pin_memory:
             # Pinned batches copied to the device without waiting for it (accelerate's non_blocking, which it
             # advises with pinned memory): a blocking copy is a host synchronisation per tensor per step
             # (bench/gpu.py counted about four per step).
             self.accelerator_config = {"non_blocking": True}
-        super().__post_init__()
 
 
 def uses_an_accelerator(use_cpu: bool) -> bool:

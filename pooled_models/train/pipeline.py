@@ -24,6 +24,7 @@ from transformers import TrainerCallback, set_seed
 
 from ..modeling.inputs import values_checked_by_caller
 from .arguments.model import chosen_model_settings
+from .arguments.speed import choice
 from .batch_layout import BatchLayout, choose_buckets, choose_padding_free, collator_for, tokens_per_step
 from .card import card_data, render_model_card
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
@@ -158,6 +159,9 @@ def _lay_out_batches(training_args, model, tasks: dict[str, TaskData], max_lengt
     )
     for task in tasks.values():
         check_token_ids(task, model.get_input_embeddings().num_embeddings)
+    if buckets is None and choice(training_args, "pad_to_buckets") == "auto":
+        logger.debug(padding)  # padded as ever (the CPU's default): nothing new to say
+        return BatchLayout(padding_free, buckets, max_length, (line,))
     return BatchLayout(padding_free, buckets, max_length, (line, padding))
 
 

@@ -85,10 +85,12 @@ def padding_free_refusal(args, model, kinds: dict[str, str]) -> str | None:
         return "torch's varlen kernel runs in half precision: train with --bf16 true (or --fp16 true)"
     if args.pad_to_multiple_of is not None:
         return "--pad_to_multiple_of asks for padded batches"
+    if getattr(args, "pad_to_buckets", "auto") in ("true", True):
+        return "--pad_to_buckets true asks for padded batches"
     if args.torch_compile:
         return (
             "--torch_compile: a padding-free row changes shape at every batch, and the compiled model would "
-            "recompile; compiled runs pad (--pad_to_multiple_of keeps their shapes few)"
+            "recompile; compiled runs pad (length buckets keep their shapes few)"
         )
     return packing_refusal(model.get_backbone(), varlen=True)
 

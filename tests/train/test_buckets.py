@@ -109,6 +109,21 @@ def test_auto_pads_to_the_longest_text_on_the_cpu_and_to_buckets_on_a_gpu():
     assert batch_layout.choose_buckets(gpu, {"": "sequence"}, True, LENGTHS, 128)[0] is None  # padding-free
 
 
+def test_padding_free_auto_pads_where_buckets_are_asked_for(monkeypatch):
+    from helpers import tiny_model
+
+    monkeypatch.setattr(batch_layout, "varlen_unavailable_reason", lambda device: None)  # as on a GPU
+    model, kinds = tiny_model("mean"), {"": "sequence"}
+    asked = _args(pad_to_buckets="true", bf16=True, fp16=False)
+    assert (
+        batch_layout.padding_free_refusal(asked, model, kinds)
+        == "--pad_to_buckets true asks for padded batches"
+    )
+    assert (
+        batch_layout.padding_free_refusal(_args(bf16=True, fp16=False), model, kinds) is None
+    )  # the control
+
+
 @pytest.mark.parametrize(
     ("changes", "kinds", "padding_free", "reason"),
     [

@@ -5,6 +5,7 @@ first step and model FLOPs utilisation, with parity and host-synchronisation che
     python bench/gpu_prepare.py --output .gpu                  # on a machine with Debian's data (CPU is fine)
     python bench/gpu.py --prepared .gpu --output OUT            # on the GPU machine: OUT/report.md, OUT/results.jsonl
     python bench/gpu.py --prepared .gpu --output OUT --dry-run  # the plumbing on a CPU, tiny sizes (never figures)
+    python bench/gpu.py --prepared .gpu --output OUT --epochs   # also whole epochs, compilation included
 
 On a machine without CUDA (and without --dry-run) it says so in one line and exits 0.
 
@@ -13,7 +14,9 @@ Data (bench/gpu_prepare.py): Debian fortunes quotations (mostly short, a long ta
 Backbones and runs: bench/gpu_arms.py. Each (backbone, data) group runs its arms in a shuffled order; every run
 times ``--steps`` steps after ``--warmup`` steps. A run's ratio is against the plain Trainer (and the grouped one) of
 its own group, on the same GPU in the same call. Groups run in priority order until ``--deadline`` seconds are spent;
-the report says which did not run. Model FLOPs utilisation: 6 x parameters (those a token multiplies, embeddings
+the report says which did not run (``--groups`` and ``--arms`` choose some). Compiled runs report the graphs dynamo
+compiled (one per length bucket) and inductor's CUDA-graph counters; the checks compare the compiled step with the
+eager one (logits, gradients, a few hundred steps of loss). Model FLOPs utilisation: 6 x parameters (those a token multiplies, embeddings
 left out) x real tokens/s over the GPU's dense bf16 peak.
 """
 

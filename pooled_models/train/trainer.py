@@ -168,7 +168,7 @@ class PooledTrainer(Trainer):
         model.zero_grad(set_to_none=True)
         _restore_random_states(states)
         logger.info(
-            "Compiled the model for %d length buckets in %.1f s, before the first step.",
+            "Compiled the model for %d length bucket(s) in %.1f s, before the first step.",
             len(rows),
             time.perf_counter() - started,
         )

@@ -55,7 +55,9 @@ class LossGuard:
         if len(self.pending) == STACKED_STEPS:
             self.stacked.append(torch.stack(self.pending))
             self.pending = []
-        self.batches.append((index, inputs.get("input_ids"), inputs.get("attention_mask")))
+        # padded batches: the mask says which tokens are real; padding-free ones: the texts' boundaries do
+        layout = inputs.get("cu_seq_lens_q", inputs.get("attention_mask"))
+        self.batches.append((index, inputs.get("input_ids"), layout))
 
     def clear(self) -> None:
         """The losses kept so far were logged finite: forget them."""
@@ -79,11 +81,16 @@ class LossGuard:
         return self.steps[index], float(losses[index]), texts
 
 
-def _texts(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
+def _texts(input_ids: torch.Tensor, layout: torch.Tensor | None) -> list[list[int]]:
+    """Each text's token ids: a padded batch's rows without padding (``layout``: the attention mask), or a
+    padding-free row cut at its boundaries (``layout``: ``cu_seq_lens_q``)."""
     ids = input_ids.cpu()
-    if attention_mask is None:
+    if layout is None:
         return ids.tolist()
-    mask = attention_mask.cpu().bool()
+    if layout.dim() == 1:
+        flat, bounds = ids.reshape(-1).tolist(), layout.tolist()
+        return [flat[start:end] for start, end in zip(bounds, bounds[1:], strict=False)]
+    mask = layout.cpu().bool()
     return [row[keep].tolist() for row, keep in zip(ids, mask, strict=True)]
 
 

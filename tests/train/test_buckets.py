@@ -338,3 +338,27 @@ def test_the_warm_up_leaves_the_weights_the_gradients_and_the_random_state_as_th
     assert all(parameter.grad is None for parameter in model.parameters())
     assert all(torch.equal(value, weights[name]) for name, value in model.state_dict().items())
     assert not torch.equal(torch.rand(1), torch.rand(1))  # the control: drawing does move the state
+
+
+def test_the_guard_reads_the_texts_of_padded_and_padding_free_batches_back():
+    from pooled_models.train.loss_guard import LossGuard
+
+    guard = LossGuard()
+    guard.record(
+        1,
+        torch.tensor(0.5),
+        {
+            "input_ids": torch.tensor([[7, 8, 0], [9, 0, 0]]),
+            "attention_mask": torch.tensor([[1, 1, 0], [1, 0, 0]]),
+        },
+    )
+    flat = {
+        "input_ids": torch.tensor([[4, 5, 6]]),
+        "cu_seq_lens_q": torch.tensor([0, 1, 3], dtype=torch.int32),
+    }
+    guard.record(2, torch.tensor(float("inf")), flat)
+    guard.record(3, torch.tensor(float("nan")), flat)
+    assert guard.first_non_finite() == (2, float("inf"), [[4], [5, 6]])
+    guard.clear()
+    guard.record(4, torch.tensor(1.0), flat)
+    assert guard.first_non_finite() is None  # the control: every loss kept is finite

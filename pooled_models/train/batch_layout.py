@@ -194,9 +194,9 @@ def collator_for(
     """The run's data collator: padding-free batches, or each task's padded ones (to buckets where given)."""
     if padding_free:
         return FlatCollator()
-    return TaskCollator(
-        tokenizer, kinds, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets, max_length=max_length
-    )
+    if buckets is None:  # padded to each batch's longest text, as ever
+        return TaskCollator(tokenizer, kinds, pad_to_multiple_of=pad_to_multiple_of)
+    return TaskCollator(tokenizer, kinds, buckets=buckets, max_length=max_length)
 
 
 def tokens_per_step(args, tasks) -> float | None:

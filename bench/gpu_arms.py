@@ -11,22 +11,27 @@ Runs (each ``arm`` below), as a user calls them:
   batches padded to their longest text, sdpa attention), at the run's batch size and bf16;
 * ``trainer, grouped``: the same with length grouping (``group_by_length=True``; transformers 5.24 calls it
   ``train_sampling_strategy="group_by_length"``);
-* ``train.py, padded``: train.py with ``--padding_free false`` (its length-grouped padded batches);
+* ``train.py, padded``: train.py with ``--padding_free false --pad_to_buckets false`` (its length-grouped batches,
+  each padded to its longest text);
+* ``train.py, buckets``: the same padded to length buckets (``--pad_to_buckets true``, train.py's GPU default);
 * ``train.py, padding-free``: train.py with ``--padding_free true`` (each batch in one row, torch's varlen kernel;
   refused by name for a backbone that cannot). train.py's defaults are one of these two: ``--padding_free auto``
   pads below 4,096 real tokens a step (train/batch_layout.py);
 * ``train.py, token budget``: padding-free with ``--max_tokens_per_batch`` = batch size x the data's mean length
   (as many texts per step on average as the other runs);
-* ``train.py, compiled``: train.py with ``--torch_compile true --pad_to_multiple_of 64`` (compiled models pad:
-  a few shapes, each compiled once); ``train.py, CUDA graphs``: the same with ``--torch_compile_mode
-  reduce-overhead`` (one CUDA graph per shape).
+* ``train.py, compiled``: train.py with ``--torch_compile true --pad_to_buckets true`` (the compiled model meets
+  the buckets' few shapes, each compiled before the first step); ``train.py, CUDA graphs``: the same with
+  ``--torch_compile_mode reduce-overhead`` (one CUDA graph per bucket).
 
 Each run trains ``warmup + steps`` optimisation steps; :class:`StepClock` times the last ``steps`` (a device
-synchronisation at each end, none between) and counts their real tokens as the collator made them.
+synchronisation at each end, none between) and counts their real tokens as the collator made them. A whole-epoch
+run (``spec["epoch"]``) trains one epoch and :class:`EpochClock` times it from the run's start (loading, tokenizing
+and compiling included). :func:`compile_counts` reads what dynamo compiled during a run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import statistics
 import time
@@ -39,6 +44,7 @@ ARMS = (
     "trainer",
     "trainer, grouped",
     "train.py, padded",
+    "train.py, buckets",
     "train.py, padding-free",
     "train.py, token budget",
     "train.py, compiled",
@@ -205,6 +211,54 @@ class StepClock(TrainerCallback):
         }
 
 
+class EpochClock(StepClock):
+    """Times a whole epoch from the run's start (``started``) to the end of its last step, and counts its tokens."""
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        pass
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            _synchronize()
+            self.first_step = time.perf_counter() - self.started
+
+    def on_train_end(self, args, state, control, **kwargs):
+        _synchronize()
+        self.seconds = time.perf_counter() - self.started
+        self.steps = state.global_step
+        self.peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+
+    def figures(self) -> dict:
+        if self.seconds is None:
+            raise RuntimeError("the epoch did not end")
+        tokens = sum(self.counts)
+        return {
+            "tokens_per_second": tokens / self.seconds,
+            "seconds": self.seconds,
+            "epoch_seconds": self.seconds,
+            "tokens": tokens,
+            "steps": self.steps,
+            "texts_per_step": sum(self.texts) / len(self.texts) if getattr(self, "texts", None) else None,
+            "peak_bytes": self.peak,
+            "first_step_seconds": self.first_step,
+            "matmul_parameters": self.matmul_parameters,
+        }
+
+
+def clock_for(spec: dict, clock_args: tuple, counts: list[int], started: float) -> StepClock:
+    return (EpochClock if spec.get("epoch") else StepClock)(*clock_args, counts, started)
+
+
+def compile_counts() -> dict:
+    """What torch's dynamo compiled since its counters were cleared: graphs (one per shape compiled statically),
+    frames compiled, and the CUDA-graph counters inductor keeps (recorded graphs and skips, where it has them)."""
+    from torch._dynamo.utils import counters
+
+    found = {"graphs": counters["stats"].get("unique_graphs", 0), "frames": counters["frames"].get("ok", 0)}
+    found |= {f"inductor_{key}": value for key, value in counters["inductor"].items() if "cudagraph" in key}
+    return found
+
+
 def _synchronize() -> None:
     if torch.cuda.is_available():  # a dry run on the CPU has nothing to wait for
         torch.cuda.synchronize()
@@ -230,6 +284,53 @@ def counting(collator, counts: list[int], texts: list[int]):
         return batch
 
     return collate
+
+
+# train.py collates in loader worker processes on a GPU (its default), where a list appended to would stay in the
+# worker: the counts travel in the batch instead, under these keys, and are taken out before the model sees it.
+COUNT_KEYS = ("bench_real_tokens", "bench_texts")
+
+
+def counted_in_batch(collator):
+    """``collator``, putting each batch's real tokens and texts into the batch (read on the host: no device sync)."""
+
+    def collate(features):
+        counts, texts = [], []
+        batch = counting(collator, counts, texts)(features)
+        batch[COUNT_KEYS[0]], batch[COUNT_KEYS[1]] = counts[0], texts[0]
+        return batch
+
+    return collate
+
+
+@contextlib.contextmanager
+def counting_steps(counts: list[int], texts: list[int]):
+    """While it lasts, train.py's training steps take the counts out of their batches (in the order the steps read
+    them), and its compile warm-up drops them."""
+    from pooled_models.train.trainer import PooledTrainer
+
+    step, warm_up = PooledTrainer.training_step, PooledTrainer.warm_up
+
+    def counted_step(self, model, inputs, *args, **kwargs):
+        counts.append(inputs.pop(COUNT_KEYS[0]))
+        texts.append(inputs.pop(COUNT_KEYS[1]))
+        return step(self, model, inputs, *args, **kwargs)
+
+    def uncounted_warm_up(self, model):
+        collator = self.data_collator
+        self.data_collator = lambda features: {
+            key: value for key, value in collator(features).items() if key not in COUNT_KEYS
+        }
+        try:
+            warm_up(self, model)
+        finally:
+            self.data_collator = collator
+
+    PooledTrainer.training_step, PooledTrainer.warm_up = counted_step, uncounted_warm_up
+    try:
+        yield
+    finally:
+        PooledTrainer.training_step, PooledTrainer.warm_up = step, warm_up
 
 
 def run_trainer(spec: dict, grouped: bool, clock_args: tuple, callbacks=()) -> tuple[StepClock, str]:
@@ -262,7 +363,7 @@ def run_trainer(spec: dict, grouped: bool, clock_args: tuple, callbacks=()) -> t
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     counts, texts = [], []
-    clock = StepClock(*clock_args, counts, started)
+    clock = clock_for(spec, clock_args, counts, started)
     grouping = {}
     if grouped:
         fields = TrainingArguments.__dataclass_fields__
@@ -274,7 +375,7 @@ def run_trainer(spec: dict, grouped: bool, clock_args: tuple, callbacks=()) -> t
     args = TrainingArguments(
         output_dir=str(spec["output_dir"]),
         per_device_train_batch_size=spec["batch_size"],
-        max_steps=clock.warmup + clock.steps,
+        **({"num_train_epochs": 1} if spec.get("epoch") else {"max_steps": clock.warmup + clock.steps}),
         bf16=spec["bf16"],
         seed=spec["seed"],
         save_strategy="no",
@@ -303,7 +404,7 @@ def run_train_py(spec: dict, flags: list[str], clock_args: tuple, callbacks=()) 
 
     started = time.perf_counter()
     counts, texts = [], []
-    clock = StepClock(*clock_args, counts, started)
+    clock = clock_for(spec, clock_args, counts, started)
     seen = []
 
     class Attention(TrainerCallback):
@@ -315,7 +416,7 @@ def run_train_py(spec: dict, flags: list[str], clock_args: tuple, callbacks=()) 
         "--train_file", str(spec["train_file"]),
         "--output_dir", str(spec["output_dir"]),
         "--do_train",
-        "--max_steps", str(clock.warmup + clock.steps),
+        *(["--num_train_epochs", "1"] if spec.get("epoch") else ["--max_steps", str(clock.warmup + clock.steps)]),
         "--per_device_train_batch_size", str(spec["batch_size"]),
         "--max_seq_length", str(spec["max_length"]),
         "--bf16", "true" if spec["bf16"] else "false",
@@ -327,10 +428,11 @@ def run_train_py(spec: dict, flags: list[str], clock_args: tuple, callbacks=()) 
         *flags,
     ]  # fmt: skip
     originals = layout.TaskCollator, layout.FlatCollator
-    layout.TaskCollator = lambda *a, **k: counting(originals[0](*a, **k), counts, texts)
-    layout.FlatCollator = lambda *a, **k: counting(originals[1](*a, **k), counts, texts)
+    layout.TaskCollator = lambda *a, **k: counted_in_batch(originals[0](*a, **k))
+    layout.FlatCollator = lambda *a, **k: counted_in_batch(originals[1](*a, **k))
     try:
-        train_py(argv, callbacks=[clock, Attention(), *callbacks])
+        with counting_steps(counts, texts):
+            train_py(argv, callbacks=[clock, Attention(), *callbacks])
     finally:
         layout.TaskCollator, layout.FlatCollator = originals
     clock.texts = texts

@@ -27,8 +27,84 @@ def render(results: list[dict]) -> str:
     ]
     steps = environment.get("steps", 0)
     runs = [{"steps": steps, **r} if r["kind"] == "run" else r for r in results]
-    lines += _parity(results) + _syncs(results) + _runs(runs)
+    lines += _parity(results) + _compiled_parity(results) + _syncs(results) + _runs(runs)
+    lines += _compilation(results) + _epochs(results)
     return "\n".join(lines) + "\n"
+
+
+def _compiled_parity(results) -> list[str]:
+    rows = [r for r in results if r["kind"] == "compiled_parity"]
+    if not rows:
+        return []
+    lines = [
+        "## Parity: compiled on length buckets (CUDA graphs) against eager, both bf16",
+        "",
+        "| backbone | logits | gradients | steps | largest loss difference | loss first / last: eager, compiled "
+        "| passed |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    for r in rows:
+        if "logits_compiled_vs_eager" not in r:
+            lines.append(f"| {r['backbone']} | {r.get('error', '?')[:160]} | | | | | no |")
+            continue
+        eager, compiled = r["loss_first_last_eager"], r["loss_first_last_compiled"]
+        lines.append(
+            f"| {r['backbone']} | {r['logits_compiled_vs_eager']:.2e} | {r['grad_compiled_vs_eager']:.2e} "
+            f"| {r['steps']} | {r['loss_max_abs_difference']:.3g} | {eager[0]:.3f} / {eager[1]:.3f}, "
+            f"{compiled[0]:.3f} / {compiled[1]:.3f} | {'yes' if r['passed'] else 'NO'} |"
+        )
+    return lines + [
+        "",
+        "Relative L2 distances of logits and gradients on one batch; AdamW steps at 5e-5.",
+        "",
+    ]
+
+
+def _compilation(results) -> list[str]:
+    rows = [r for r in results if r["kind"] in ("run", "epoch") and r.get("frames")]
+    if not rows:
+        return []
+    lines = [
+        "## Compilation",
+        "",
+        "Graphs dynamo compiled in each compiled run (one per shape compiled statically: the length buckets), the "
+        "frames it compiled, and inductor's CUDA-graph counters. `TORCH_LOGS=recompiles` (bench/gpu_run.sh) writes "
+        "the reason of every recompilation into log.txt.",
+        "",
+        "| group | run | graphs | frames | CUDA-graph counters |",
+        "|---|---|---:|---:|---|",
+    ]
+    for r in rows:
+        counters = ", ".join(f"{key[9:]} {value}" for key, value in r.items() if key.startswith("inductor_"))
+        lines.append(f"| {r['group']} | {r['arm']} | {r['graphs']} | {r['frames']} | {counters or 'none'} |")
+    return lines + [""]
+
+
+def _epochs(results) -> list[str]:
+    rows = [r for r in results if r["kind"] == "epoch"]
+    if not rows:
+        return []
+    lines = [
+        "## One whole epoch",
+        "",
+        "Wall time from the run's start (loading, tokenizing, compiling) to the end of its last step, and real "
+        "tokens/s over all of it.",
+        "",
+        "| group | run | epoch s | vs Trainer | steps | tokens/s | first step s |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    plain = {r["group"]: r for r in rows if r["arm"] == "trainer" and "epoch_seconds" in r}
+    for r in rows:
+        if "epoch_seconds" not in r:
+            lines.append(f"| {r['group']} | {r['arm']} | {r.get('error', '?')[:160]} | | | | |")
+            continue
+        base = plain.get(r["group"])
+        ratio = f"{r['epoch_seconds'] / base['epoch_seconds']:.2f}x" if base else ""
+        lines.append(
+            f"| {r['group']} | {r['arm']} | {r['epoch_seconds']:.1f} | {ratio} | {r['steps']} "
+            f"| {r['tokens_per_second']:,.0f} | {r['first_step_seconds']:.1f} |"
+        )
+    return lines + [""]
 
 
 def _parity(results) -> list[str]:
@@ -132,6 +208,7 @@ _ARM_ORDER = {
             "trainer",
             "trainer, grouped",
             "train.py, padded",
+            "train.py, buckets",
             "train.py, padding-free",
             "train.py, token budget",
             "train.py, compiled",

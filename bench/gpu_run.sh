@@ -9,7 +9,7 @@ if ! python3 -c "import datasets" 2>/dev/null; then
 fi
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv
 mkdir -p "$OUT/gpu"
-PYTHONUNBUFFERED=1 python3 bench/gpu.py --prepared .gpu --output "$OUT/gpu" "$@" > "$OUT/gpu/log.txt" 2>&1
+PYTHONUNBUFFERED=1 TORCH_LOGS=recompiles python3 bench/gpu.py --prepared .gpu --output "$OUT/gpu" "$@" > "$OUT/gpu/log.txt" 2>&1
 status=$?
 tail -c 6000 "$OUT/gpu/report.md" 2>/dev/null || tail -50 "$OUT/gpu/log.txt"
 exit $status

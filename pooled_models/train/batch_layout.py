@@ -1,12 +1,15 @@
-"""How a run lays its batches out on the device (arguments/speed.py): padding-free or padded, and with which
-collator. ``--padding_free auto`` chooses padding-free batches where they run, and says why not elsewhere; the
-choice changes how fast a step runs, not what it computes (tests/train/test_batch_layout.py), except that torch's
-varlen kernel applies no attention dropout, which the log line says where the backbone has some."""
+"""How a run lays its batches out on the device (arguments/speed.py): padding-free or padded, padded to each batch's
+longest text or to length buckets, and with which collator. ``--padding_free auto`` chooses padding-free batches
+where they run, and says why not elsewhere; ``--pad_to_buckets auto`` pads to a few lengths on a CUDA GPU. The
+choices change how fast a step runs, not what it computes (tests/train/test_batch_layout.py, test_buckets.py),
+except that torch's varlen kernel applies no attention dropout, which the log line says where the backbone has
+some."""
 
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..modeling.configuration_multitask import SEQUENCE
@@ -18,14 +21,19 @@ from ..modeling.varlen_attention import (
     register_varlen_attention,
     varlen_unavailable_reason,
 )
+from .arguments.speed import choice
 from .data.batching import token_lengths
+from .data.buckets import bucket_lengths
 from .data.flat import FlatCollator
 from .data.multitask import TaskCollator
 
 __all__ = [
+    "BatchLayout",
     "PADDING_FREE_MIN_TOKENS",
     "padding_free_refusal",
     "choose_padding_free",
+    "bucket_refusal",
+    "choose_buckets",
     "collator_for",
     "tokens_per_step",
 ]
@@ -43,6 +51,27 @@ PADDING_FREE_MIN_TOKENS = 4096
 ATTENTION_DROPOUT_FIELDS = ("attention_probs_dropout_prob", "attention_dropout")
 
 
+@dataclass(frozen=True)
+class BatchLayout:
+    """How a run lays its batches out, as chosen once before its Trainer is built."""
+
+    padding_free: bool
+    buckets: (
+        tuple[int, ...] | None
+    )  # the length buckets padded batches are padded to; None: to the longest text
+    max_length: int  # the run's text length (a batch longer than the last bucket is padded to it)
+    lines: tuple[str, ...]  # what the run's log says of the choices, and why
+
+    def card_rows(self) -> dict[str, str]:
+        """The model card's rows for the choices the training settings do not show."""
+        if self.buckets is None:
+            return {}
+        return {
+            "length buckets": f"{', '.join(map(str, self.buckets))} tokens (a batch padded to the smallest "
+            "that holds it; quantiles of the training texts' lengths)"
+        }
+
+
 def padding_free_refusal(args, model, kinds: dict[str, str]) -> str | None:
     """Why this run cannot train padding-free, or None where it can."""
     if list(kinds.values()) != [SEQUENCE]:
@@ -56,10 +85,12 @@ def padding_free_refusal(args, model, kinds: dict[str, str]) -> str | None:
         return "torch's varlen kernel runs in half precision: train with --bf16 true (or --fp16 true)"
     if args.pad_to_multiple_of is not None:
         return "--pad_to_multiple_of asks for padded batches"
+    if getattr(args, "pad_to_buckets", "auto") in ("true", True):
+        return "--pad_to_buckets true asks for padded batches"
     if args.torch_compile:
         return (
             "--torch_compile: a padding-free row changes shape at every batch, and the compiled model would "
-            "recompile; compiled runs pad (--pad_to_multiple_of keeps their shapes few)"
+            "recompile; compiled runs pad (length buckets keep their shapes few)"
         )
     return packing_refusal(model.get_backbone(), varlen=True)
 
@@ -75,20 +106,17 @@ def choose_padding_free(
             "--max_tokens_per_batch: a multi-task run draws each batch from one task (--task_sampling), "
             "per_device_train_batch_size rows at a time; leave max_tokens_per_batch unset."
         )
-    if args.padding_free == "false":
+    setting = choice(args, "padding_free")
+    if setting == "false":
         return False, "Batches: padded (--padding_free false)"
     refusal = padding_free_refusal(args, model, kinds)
-    if (
-        refusal is None
-        and args.padding_free == "auto"
-        and (tokens_per_step or math.inf) < PADDING_FREE_MIN_TOKENS
-    ):
+    if refusal is None and setting == "auto" and (tokens_per_step or math.inf) < PADDING_FREE_MIN_TOKENS:
         refusal = (
             f"a training step carries about {tokens_per_step:,.0f} real tokens, fewer than {PADDING_FREE_MIN_TOKENS:,}, "
             "where padded batches train as fast (docs/performance.md, 'On a GPU'); --padding_free true to force it"
         )
     if refusal is not None:
-        if args.padding_free == "true":
+        if setting == "true":
             raise UsageError(f"--padding_free true: {refusal}.")
         return False, f"Batches: padded; padding-free is off: {refusal}"
     register_varlen_attention()
@@ -109,11 +137,66 @@ def _attention_dropout(model) -> str | None:
     return None
 
 
-def collator_for(padding_free: bool, tokenizer, kinds: dict[str, str], pad_to_multiple_of: int | None):
-    """The run's data collator: padding-free batches, or each task's padded ones."""
+def bucket_refusal(args, kinds: dict[str, str], padding_free: bool) -> str | None:
+    """Why this run does not pad to length buckets (--pad_to_buckets auto: off; true: refused), or None. Known from
+    the arguments and the tasks alone, so the plan reads it too (a compiled run on buckets drops its last,
+    smaller batch: plan.py)."""
+    if padding_free:
+        return "padding-free batches have no padding"
+    if len(kinds) > 1:
+        return "a multi-task run pads each task's batches to their longest text"
+    if args.max_tokens_per_batch is not None:
+        return "--max_tokens_per_batch varies a batch's rows, so its shapes are many whatever the padding"
+    if args.pad_to_multiple_of is not None:
+        return "--pad_to_multiple_of pads to a multiple instead"
+    if choice(args, "pad_to_buckets") == "auto" and args.device.type != "cuda":
+        return (
+            "not on a CUDA GPU: on the CPU a batch padded to its longest text is fastest "
+            "(bench/throughput.py); --pad_to_buckets true to force it"
+        )
+    return None
+
+
+def choose_buckets(
+    args, kinds: dict[str, str], padding_free: bool, lengths: list[int] | None, max_length: int
+) -> tuple[tuple[int, ...] | None, str]:
+    """``(the bucket lengths or None, the log line)`` for a run whose training texts have ``lengths`` tokens (None:
+    no training split; then no buckets). ``--pad_to_buckets true`` refuses a run that cannot."""
+    setting = choice(args, "pad_to_buckets")
+    if setting == "false":
+        return None, "Padding: to each batch's longest text (--pad_to_buckets false)"
+    refusal = bucket_refusal(args, kinds, padding_free)
+    if refusal is None and not lengths:
+        refusal = "the buckets are chosen from the training texts' lengths, and this run trains on none"
+    if refusal is not None:
+        if setting == "true":
+            raise UsageError(f"--pad_to_buckets true: {refusal}.")
+        return None, f"Padding: to each batch's longest text; length buckets are off: {refusal}"
+    buckets = bucket_lengths(lengths, args.length_buckets, max_length)
+    why = (
+        "so that a compiled model meets a few shapes" if args.torch_compile else "few shapes, little padding"
+    )
+    return buckets, (
+        f"Padding: to {len(buckets)} length bucket{'s' if len(buckets) > 1 else ''} ({', '.join(map(str, buckets))} "
+        "tokens; quantiles of the "
+        f"training texts' lengths, --length_buckets {args.length_buckets}), {why}"
+    )
+
+
+def collator_for(
+    padding_free: bool,
+    tokenizer,
+    kinds: dict[str, str],
+    pad_to_multiple_of: int | None,
+    buckets: tuple[int, ...] | None = None,
+    max_length: int | None = None,
+):
+    """The run's data collator: padding-free batches, or each task's padded ones (to buckets where given)."""
     if padding_free:
         return FlatCollator()
-    return TaskCollator(tokenizer, kinds, pad_to_multiple_of=pad_to_multiple_of)
+    if buckets is None:  # padded to each batch's longest text, as ever
+        return TaskCollator(tokenizer, kinds, pad_to_multiple_of=pad_to_multiple_of)
+    return TaskCollator(tokenizer, kinds, buckets=buckets, max_length=max_length)
 
 
 def tokens_per_step(args, tasks) -> float | None:

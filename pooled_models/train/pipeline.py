@@ -24,7 +24,8 @@ from transformers import TrainerCallback, set_seed
 
 from ..modeling.inputs import values_checked_by_caller
 from .arguments.model import chosen_model_settings
-from .batch_layout import choose_padding_free, collator_for, tokens_per_step
+from .arguments.speed import choice
+from .batch_layout import BatchLayout, choose_buckets, choose_padding_free, collator_for, tokens_per_step
 from .card import card_data, render_model_card
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
 from .console import (
@@ -37,6 +38,7 @@ from .console import (
     say,
 )
 from .data import TaskData, check_token_ids, read_task, tokenize_task
+from .data.batching import token_lengths
 from .data.multitask import MultiTaskRows
 from .evaluation import summary_metrics, task_config, tune_decision_thresholds
 from .model import (
@@ -121,16 +123,14 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     if zero_shot_rows is not None:
         zero_shot = ZeroShotEvaluation(zero_shot_rows, tokenizer, max_length)
     _prepare_for_training(plan, model)
-    padding_free, layout = _lay_out_batches(training_args, model, tasks)
-    say(
-        training_args,
-        [describe_model(model, source.base_model, parameters), describe_length(max_length, origin), layout],
-    )
+    layout = _lay_out_batches(training_args, model, tasks, max_length)
+    described = [describe_model(model, source.base_model, parameters), describe_length(max_length, origin)]
+    say(training_args, [*described, *layout.lines])
 
     # Everything is checked: from here on the run writes, into the staging folder only.
     if training_args.should_save:
         staging.create(resuming=checkpoint is not None)
-    trainer = _trainer(plan, model, tokenizer, tasks, callbacks, padding_free)
+    trainer = _trainer(plan, model, tokenizer, tasks, callbacks, layout)
     progress = install_progress(trainer)  # one bar per phase, unless --log_level info
     try:
         # Token ids were checked above and labels when read: the model need not read them back at every step.
@@ -143,17 +143,34 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
-    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot)
+    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout)
 
 
-def _lay_out_batches(training_args, model, tasks: dict[str, TaskData]) -> tuple[bool, str]:
-    """Padding-free batches or padded ones (batch_layout.py), with the line that says which; every token id checked
-    against the model's vocabulary once, so the model need not read them back at each step."""
+def _lay_out_batches(training_args, model, tasks: dict[str, TaskData], max_length: int) -> BatchLayout:
+    """Padding-free batches or padded ones, to the longest text or to length buckets (batch_layout.py), with the
+    lines that say which; every token id checked against the model's vocabulary once, so the model need not read
+    them back at each step."""
     kinds = {name: task.kind for name, task in tasks.items()}
-    chosen = choose_padding_free(training_args, model, kinds, tokens_per_step(training_args, tasks))
+    padding_free, line = choose_padding_free(
+        training_args, model, kinds, tokens_per_step(training_args, tasks)
+    )
+    buckets, padding = choose_buckets(
+        training_args, kinds, padding_free, _training_lengths(tasks), max_length
+    )
     for task in tasks.values():
         check_token_ids(task, model.get_input_embeddings().num_embeddings)
-    return chosen
+    if buckets is None and choice(training_args, "pad_to_buckets") == "auto":
+        logger.debug(padding)  # padded as ever (the CPU's default): nothing new to say
+        return BatchLayout(padding_free, buckets, max_length, (line,))
+    return BatchLayout(padding_free, buckets, max_length, (line, padding))
+
+
+def _training_lengths(tasks: dict[str, TaskData]) -> list[int] | None:
+    """The training texts' token counts of a run of one task (None without training rows, or with several tasks)."""
+    if len(tasks) != 1:
+        return None
+    rows = next(iter(tasks.values())).encoded.get("train")
+    return token_lengths(rows) if rows is not None and len(rows) else None
 
 
 def _tokenize(
@@ -204,7 +221,7 @@ def _prepare_for_training(plan: RunPlan, model) -> None:
 
 
 def _trainer(
-    plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callbacks, padding_free: bool
+    plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callbacks, layout: BatchLayout
 ) -> PooledTrainer:
     """The Trainer of the run: a dict of each task's rows to evaluate; one task's rows, or every task's, to train."""
     args = plan.trainer_args
@@ -221,10 +238,13 @@ def _trainer(
         if "validation" in plan.roles
         else None,
         processing_class=tokenizer,
-        data_collator=collator_for(padding_free, tokenizer, kinds, args.pad_to_multiple_of),
+        data_collator=collator_for(
+            layout.padding_free, tokenizer, kinds, args.pad_to_multiple_of, layout.buckets, layout.max_length
+        ),
         callbacks=callbacks_for(args) + list(callbacks),
         tasks=[task.spec for task in plan.tasks.values()],
         name_tasks=not plan.single,
+        length_buckets=layout.buckets,
     )
 
 
@@ -297,9 +317,11 @@ def _predict(plan: RunPlan, trainer, tasks: dict[str, TaskData], tokenizer) -> d
     return metrics
 
 
-def _publish(plan: RunPlan, staging, model, tasks, metrics, parameters: int, zero_shot) -> RunResult:
+def _publish(
+    plan: RunPlan, staging, model, tasks, metrics, parameters: int, zero_shot, layout: BatchLayout
+) -> RunResult:
     if plan.model_factory is None:  # the card describes a pooling; a factory's model has none
-        card = card_data(plan, model, tasks, metrics, pushed=plan.push_to_hub)
+        card = card_data(plan, model, tasks, metrics, pushed=plan.push_to_hub, layout=layout.card_rows())
         card.zero_shot = zero_shot.result if zero_shot is not None else None
         render_model_card(card).save(staging.work / "README.md")
     write_results(staging.work, metrics, plan.trainer_args)

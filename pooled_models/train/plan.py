@@ -37,6 +37,8 @@ from .arguments.defaults import (
     MULTI_LABEL_DEFAULT_LOSS,
 )
 from .arguments.model import FROM_TRAINING_DATA
+from .arguments.speed import choice
+from .batch_layout import bucket_refusal
 from .evaluation import ThresholdPlan, best_model_metric, plan_thresholds
 from .few_examples import default_epochs, default_learning_rate, default_pooling, default_untuned_threshold
 from .source import ModelSource
@@ -168,10 +170,28 @@ def _trainer_args(training_args, tasks: dict[str, TaskData], work_dir: Path, sin
     learning_rate = default_learning_rate(training_args, tasks)
     if learning_rate is not None:
         changes["learning_rate"] = learning_rate
+    if _compiled_on_buckets(training_args, tasks) and not training_args.dataloader_drop_last:
+        # A last, smaller batch would be one more shape to compile (and record) for one step an epoch.
+        changes["dataloader_drop_last"] = True
+        logger.info(
+            "The last training batch of each epoch is dropped when smaller than the others (a compiled model on "
+            "length buckets then meets only the buckets' shapes)."
+        )
     if training_args.world_size > 1 and len(tasks) > 1:
         # Each step trains one task's head; the other heads get no gradient in it, which DDP must be told of.
         changes["ddp_find_unused_parameters"] = True
     return dataclasses.replace(training_args, **changes)
+
+
+def _compiled_on_buckets(training_args, tasks: dict[str, TaskData]) -> bool:
+    """A compiled run that will pad to length buckets (batch_layout.choose_buckets; compiled runs pad)."""
+    kinds = {name: task.kind for name, task in tasks.items()}
+    return (
+        bool(training_args.torch_compile)
+        and training_args.do_train
+        and choice(training_args, "pad_to_buckets") != "false"
+        and bucket_refusal(training_args, kinds, padding_free=False) is None
+    )
 
 
 def _task_plan(task: TaskData, source, training_args, backbone, single: bool) -> TaskPlan:

@@ -12,6 +12,7 @@ training batches) the loader Trainer built is copied with the other batch sample
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import time
@@ -19,6 +20,7 @@ import warnings
 from collections.abc import Mapping
 from contextlib import nullcontext
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 from transformers.trainer_utils import speed_metrics
@@ -31,10 +33,12 @@ from .data.batching import (
     restore_input_order,
     token_lengths,
 )
+from .data.buckets import warm_up_rows
 from .data.flat import FlatCollator
 from .data.multitask import TASK_KEY, MultiTaskRows, TaskBatchSampler
 from .data.token_budget import TokenBudgetBatches
 from .evaluation import summary_metrics, task_metrics_function
+from .loss_guard import LossGuard, NonFiniteLossError, non_finite_message, rows_of_batch
 from .options import (
     TRAINING_OPTIONS,
     check_label_embedding_options,
@@ -66,7 +70,17 @@ class PooledTrainer(Trainer):
     group_by_length, shuffles the evaluation order, and ``predict`` then returns rows in that shuffled order.)
     """
 
-    def __init__(self, *args, tasks: list[TaskSpec] | None = None, name_tasks: bool | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        tasks: list[TaskSpec] | None = None,
+        name_tasks: bool | None = None,
+        length_buckets: tuple[int, ...] | None = None,
+        **kwargs,
+    ):
+        # Read by _build_accelerator_args, which Trainer's __init__ calls.
+        self.length_buckets = length_buckets
+        self.loss_guard = LossGuard()
         with warnings.catch_warnings():
             # Our compute_loss smooths multi-label targets too (label_smoothing.py); Trainer's warning that it cannot
             # would be wrong.
@@ -81,6 +95,8 @@ class PooledTrainer(Trainer):
         self.name_tasks = len(self.tasks) > 1 if name_tasks is None else name_tasks
         self.task_sampler: TaskBatchSampler | None = None
         self.add_callback(_SamplerEpoch(self))
+        # A compiled model on length buckets is compiled for every bucket before the first step (_warm_up).
+        self.warm_up_pending = bool(length_buckets) and self.args.torch_compile
 
     def metric_prefix(self, prefix: str, task: str) -> str:
         """A task's metrics are ``eval_<metric>`` in a run of one task, ``eval_<task>_<metric>`` among several."""
@@ -110,6 +126,64 @@ class PooledTrainer(Trainer):
             replaced = option.training_loss(self.accelerator.unwrap_model(model), inputs, outputs, self.args)
             loss = loss if replaced is None else replaced
         return loss, outputs
+
+    # -- the step: compiled once per bucket, the loss checked where the host reads it -----------------------------
+
+    def _build_accelerator_args(self, **kwargs):
+        # Why private: the one place Trainer hands torch.compile's settings (accelerate's TorchDynamoPlugin) over.
+        # On length buckets every shape is compiled on its own (dynamic=False): dynamo's default makes the lengths
+        # symbolic at the second shape, and a CUDA graph is recorded per shape either way, so static graphs of the
+        # few bucket shapes are the fastest.
+        arguments = super()._build_accelerator_args(**kwargs)
+        plugin = arguments.get("dynamo_plugin")
+        if plugin is not None and self.length_buckets:
+            plugin.dynamic = False
+        return arguments
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        if self.warm_up_pending:
+            self.warm_up_pending = False
+            self.warm_up(model)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        # Kept on the device with its batch (no synchronisation): read only where a logged loss is not finite.
+        self.loss_guard.record(self.state.global_step + 1, loss, inputs)
+        return loss
+
+    def warm_up(self, model) -> None:
+        """Compile the model for every length bucket before the first step (counted in the time to it): one
+        forward and backward pass on a batch of training rows padded to each bucket, the gradients then dropped
+        and the random state put back, so that the run trains as it would have without it."""
+        rows = warm_up_rows(
+            token_lengths(self.train_dataset), self.length_buckets, self.args.train_batch_size, self.args.seed
+        )
+        accepted = _forward_inputs(self.accelerator.unwrap_model(model, keep_torch_compile=False))
+        states = _random_states()
+        started = time.perf_counter()
+        for batch_rows in rows:
+            features = [
+                {key: value for key, value in self.train_dataset[row].items() if key in accepted}
+                for row in batch_rows
+            ]
+            super().training_step(model, self.data_collator(features))
+        model.zero_grad(set_to_none=True)
+        _restore_random_states(states)
+        logger.info(
+            "Compiled the model for %d length bucket(s) in %.1f s, before the first step.",
+            len(rows),
+            time.perf_counter() - started,
+        )
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Trainer's log, after the NaN guard: a logged training loss (``loss``, ``train_loss``) that is not finite
+        stops the run, naming the first step whose loss was not finite and its batch's rows (loss_guard.py)."""
+        for key in ("loss", "train_loss"):
+            if key in logs and not math.isfinite(logs[key]):
+                found = self.loss_guard.first_non_finite()
+                rows = rows_of_batch(found[2], self.train_dataset) if found and found[2] is not None else None
+                raise NonFiniteLossError(non_finite_message(found, rows, logs[key]))
+        if "loss" in logs:
+            self.loss_guard.clear()
+        super().log(logs, start_time)
 
     # -- batches -----------------------------------------------------------------------------------------------
 
@@ -331,6 +405,21 @@ def rebatched(loader: DataLoader, batch_sampler) -> DataLoader:
         pin_memory_device=loader.pin_memory_device,
         in_order=loader.in_order,
     )
+
+
+def _forward_inputs(model) -> set[str]:
+    """The names a model's forward takes, and the label columns a collator turns into ``labels``."""
+    return set(inspect.signature(model.forward).parameters) | {"label", "labels", "label_ids", TASK_KEY}
+
+
+def _random_states() -> tuple:
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+
+def _restore_random_states(states: tuple) -> None:
+    torch.set_rng_state(states[0])
+    if states[1] is not None:
+        torch.cuda.set_rng_state_all(states[1])
 
 
 def _has_input_ids(dataset) -> bool:

@@ -94,9 +94,7 @@ def test_a_dry_run_goes_through_every_kind_of_run(tmp_path, monkeypatch):
         write_rows(prepared / "data" / f"{name}.csv", rows)
     write_minilm(prepared / "minilm")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    chosen = [
-        gpu.GROUPS.index(group) for group in gpu.GROUPS if group[0] == "bert-base" and group[1] == "fortunes"
-    ]
+    chosen = [gpu.GROUPS.index(("bert-base", "fortunes", 512, gpu.WITH_BUDGET))]
     output = tmp_path / "out"
     assert (
         gpu.main(
@@ -120,4 +118,38 @@ def test_a_dry_run_goes_through_every_kind_of_run(tmp_path, monkeypatch):
     assert runs["train.py, padded"]["attention"] == "sdpa"
     parity = [record for record in records if record["kind"] == "parity"]
     assert len(parity) == len(gpu.PARITY) and all(record.get("passed") for record in parity), parity
+    compiled = [record for record in records if record["kind"] == "compiled_parity"]
+    assert len(compiled) == 1 and compiled[0].get("passed"), compiled  # dynamo's eager backend: the plumbing
+    assert compiled[0]["logits_compiled_vs_eager"] < 1e-5 and compiled[0]["steps"] == 3
     assert (output / "report.md").read_text() == gpu_report.render(records)
+
+
+@pytest.mark.slow  # one whole epoch of a compiled run, a tiny backbone on the CPU
+def test_a_dry_run_of_cuda_graphs_over_buckets_counts_its_graphs_and_times_an_epoch(tmp_path, monkeypatch):
+    import random
+
+    from helpers import WORDS, sentence
+
+    prepared = tmp_path / "prepared"
+    (prepared / "data").mkdir(parents=True)
+    rng = random.Random(0)
+    rows = [{"text": sentence(rng, topic, rng.randint(1, 30)), "label": topic} for topic in list(WORDS) * 16]
+    write_rows(prepared / "data" / "fortunes.csv", rows)
+    write_minilm(prepared / "minilm")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    arm = "train.py, CUDA graphs"
+    output = tmp_path / "out"
+    argv = ["--prepared", str(prepared), "--output", str(output), "--dry-run", "--skip-checks", "--epochs"]
+    assert gpu.main([*argv, "--groups", "--arms", arm]) == 0  # no timed group: the epoch only
+    records = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
+    runs = [record for record in records if record["kind"] in ("run", "epoch")]
+    assert [(record["kind"], record["arm"]) for record in runs] == [("epoch", arm)]
+    # one graph per length bucket (the dry run's two), compiled before the first step, none more in the epoch
+    assert runs[0].get("graphs") == 2, runs[0].get("error")
+    epoch = runs[0]
+    assert (
+        epoch["steps"] == min(len(rows), 64) // 4
+        and epoch["epoch_seconds"] >= epoch["first_step_seconds"] > 0
+    )
+    report = (output / "report.md").read_text()
+    assert "## Compilation" in report and "## One whole epoch" in report

@@ -18,12 +18,14 @@ OVERRIDDEN = {
     "_get_train_sampler": ["self", "train_dataset"],
     "_get_eval_sampler": ["self", "eval_dataset"],
     "_get_dataloader": ["self", "dataset", "description", "batch_size", "sampler_fn", "is_training"],
+    "_build_accelerator_args": ["self"],
 }
 # The public methods that must reach them: what Trainer calls them from.
 CALLERS = {
     "_get_train_sampler": ["get_train_dataloader"],
     "_get_eval_sampler": ["get_eval_dataloader", "get_test_dataloader"],
     "_get_dataloader": ["get_train_dataloader", "get_eval_dataloader", "get_test_dataloader"],
+    "_build_accelerator_args": ["create_accelerator_and_postprocess"],
 }
 
 
@@ -92,3 +94,8 @@ def test_a_rebatched_loader_keeps_every_setting_of_the_loader_it_replaces():
         assert getattr(again, name) == getattr(loader, name), name
     assert again.multiprocessing_context is loader.multiprocessing_context
     assert list(again.batch_sampler) == [[0, 1], [2, 3, 4]] and again.dataset is loader.dataset
+
+
+def test_trainer_still_hands_torch_compiles_settings_over_in_the_accelerator_arguments():
+    # PooledTrainer compiles each length bucket's shape statically by changing that plugin (trainer.py).
+    assert 'args["dynamo_plugin"]' in inspect.getsource(Trainer._build_accelerator_args)

@@ -121,6 +121,9 @@ TRAINING_ONLY = (
     "logging_steps",
     "gradient_checkpointing",
     "max_tokens_per_batch",
+    "pad_to_buckets",  # the buckets are chosen from the training texts' lengths
+    "length_buckets",
+    "logging_nan_inf_filter",
 )
 
 # What only the final evaluation or prediction reads.

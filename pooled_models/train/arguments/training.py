@@ -26,6 +26,7 @@ __all__ = [
     "MIN_TRAIN_STEPS",
     "MAX_DEFAULT_EPOCHS",
     "TRAIN_BATCH_SIZE",
+    "ACCELERATOR_LOADER_WORKERS",
     "uses_an_accelerator",
     "SAMPLING_STRATEGIES",
 ]
@@ -60,6 +61,11 @@ MAX_DEFAULT_EPOCHS = 32
 
 
 TRAIN_BATCH_SIZE = 16
+
+
+# DataLoader worker processes on an accelerator, so that the next batches are collated and pinned while the device
+# computes (the main process then only launches the step). 0 on the CPU, whose cores compute the step.
+ACCELERATOR_LOADER_WORKERS = 2
 
 
 @dataclass
@@ -203,6 +209,23 @@ class PooledTrainingArguments(SpeedArguments, TrainingArguments):
             "is used, off on the CPU (where pinning does nothing but warn)."
         },
     )
+    dataloader_num_workers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Worker processes that collate the batches. Default: "
+            f"{ACCELERATOR_LOADER_WORKERS} where an accelerator is used (the next batches are ready while the device "
+            "computes), 0 on the CPU (the main process; its cores compute the step)."
+        },
+    )
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        metadata={
+            "help": "transformers' filter: check every step's loss on the host and log the others' average in place "
+            "of a nan/inf one (two host synchronisations a step, which a GPU waits for). Off by default: train.py "
+            "checks the loss where it is logged and stops the run at a nan/inf loss, naming the step and its "
+            "batch's rows."
+        },
+    )
     tune_thresholds: Literal["auto", "global", "per_label", "none"] = field(
         default="auto",
         metadata={
@@ -281,14 +304,21 @@ class PooledTrainingArguments(SpeedArguments, TrainingArguments):
             # TrainingArguments only sets up CPU data parallelism (gloo) when asked to use the CPU; without it every
             # process launched by `accelerate launch --multi_gpu` on a machine without GPUs trains alone.
             self.use_cpu = True
+        self._device_defaults()
+        super().__post_init__()
+
+    def _device_defaults(self) -> None:
+        """The loader settings left unset, for the device the run computes on."""
+        accelerator = uses_an_accelerator(self.use_cpu)
         if self.dataloader_pin_memory is None:
-            self.dataloader_pin_memory = uses_an_accelerator(self.use_cpu)
+            self.dataloader_pin_memory = accelerator
+        if self.dataloader_num_workers is None:
+            self.dataloader_num_workers = ACCELERATOR_LOADER_WORKERS if accelerator else 0
         if self.accelerator_config is None and self.dataloader_pin_memory:
             # Pinned batches copied to the device without waiting for it (accelerate's non_blocking, which it
             # advises with pinned memory): a blocking copy is a host synchronisation per tensor per step
             # (bench/gpu.py counted about four per step).
             self.accelerator_config = {"non_blocking": True}
-        super().__post_init__()
 
 
 def uses_an_accelerator(use_cpu: bool) -> bool:

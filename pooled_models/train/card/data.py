@@ -117,8 +117,11 @@ class CardData:
         return f"{prefix}_{metric}" if self.single else f"{prefix}_{task}_{metric}"
 
 
-def card_data(plan, model, tasks: dict[str, Any], metrics: dict[str, float], pushed: bool) -> CardData:
-    """The card data of a finished run: its plan, its trained model, its tasks' data and its metrics."""
+def card_data(
+    plan, model, tasks: dict[str, Any], metrics: dict[str, float], pushed: bool, layout: dict | None = None
+) -> CardData:
+    """The card data of a finished run: its plan, its trained model, its tasks' data and its metrics (``layout``:
+    the rows of the batch layout chosen from the data, batch_layout.BatchLayout.card_rows)."""
     args = plan.trainer_args
     name = args.hub_model_id or plan.output_dir.name
     cards = [_task_card(task_plan, model, tasks[name]) for name, task_plan in plan.tasks.items()]
@@ -133,7 +136,8 @@ def card_data(plan, model, tasks: dict[str, Any], metrics: dict[str, float], pus
         training_settings=training_settings(
             args, problem_type=cards[0].problem_type if sequence else None, task_sampling=not plan.single
         )
-        | batch_layout_rows(args, model),
+        | batch_layout_rows(args, model)
+        | (layout if args.do_train and layout else {}),
         metrics=dict(metrics),
         example_text=plan.example_texts[0] if plan.example_texts else _first_text(tasks),
     )

@@ -5,6 +5,7 @@ pads a batch as its task's kind needs (a run of one task uses it too: its rows c
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 from collections.abc import Iterator, Sequence
@@ -16,6 +17,7 @@ from transformers import DataCollatorForTokenClassification, DataCollatorWithPad
 from ...modeling.configuration_multitask import TOKEN
 from ..arguments.training import SAMPLING_STRATEGIES
 from .batching import length_grouped_batches
+from .buckets import bucket_for
 
 __all__ = [
     "SAMPLING_STRATEGIES",
@@ -220,9 +222,18 @@ def _padding_on_the_right(tokenizer):
 class TaskCollator:
     """Pads a batch of one task's rows: as ``DataCollatorWithPadding`` for a sequence task, as
     ``DataCollatorForTokenClassification`` (labels padded with -100) for a token task. The batch keeps the task's
-    name under ``task`` when its rows carry it (a run of several tasks); a run of one task has rows without it."""
+    name under ``task`` when its rows carry it (a run of several tasks); a run of one task has rows without it.
+    With ``buckets`` (data/buckets.py) a batch is padded to the smallest bucket that holds its longest text (past the
+    last, to ``max_length``) instead of to its longest text."""
 
-    def __init__(self, tokenizer, kinds: dict[str, str], pad_to_multiple_of: int | None = None):
+    def __init__(
+        self,
+        tokenizer,
+        kinds: dict[str, str],
+        pad_to_multiple_of: int | None = None,
+        buckets: Sequence[int] | None = None,
+        max_length: int | None = None,
+    ):
         self.kinds = dict(kinds)
         self.sequence = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
         # Token batches are padded on the right whatever the tokenizer says (the model gives the same logits either
@@ -230,6 +241,11 @@ class TaskCollator:
         self.token = DataCollatorForTokenClassification(
             _padding_on_the_right(tokenizer), pad_to_multiple_of=pad_to_multiple_of
         )
+        if buckets is not None and (pad_to_multiple_of is not None or max_length is None):
+            raise ValueError("Bucket padding takes the run's max_length and no pad_to_multiple_of.")
+        self.buckets = tuple(buckets) if buckets is not None else None
+        self.max_length = max_length
+        self._to_length: dict[tuple[str, int], Any] = {}  # (kind, bucket) -> a collator padding to it
 
     def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, Any]:
         tasks = {feature.get(TASK_KEY) for feature in features}
@@ -247,4 +263,11 @@ class TaskCollator:
         return batch
 
     def _pad(self, kind: str, rows):
-        return (self.token if kind == TOKEN else self.sequence)(rows)
+        collator = self.token if kind == TOKEN else self.sequence
+        if self.buckets is None:
+            return collator(rows)
+        longest = max(len(row["input_ids"]) for row in rows)
+        key = (kind, bucket_for(longest, self.buckets, self.max_length))
+        if key not in self._to_length:
+            self._to_length[key] = dataclasses.replace(collator, padding="max_length", max_length=key[1])
+        return self._to_length[key](rows)

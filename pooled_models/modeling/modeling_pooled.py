@@ -337,10 +337,14 @@ class PooledClassifier(nn.Module):
         head_class = self.pooler.head_class or HEADS.lookup(config.classifier_head)
         self.head = head_class(config, self.pooler.output_dim)
         self.dropout_samples = config.classifier_dropout_samples
+        self.calibrate = getattr(self.pooler, "calibrate", None)
 
     def forward(self, call: BackboneCall, inputs: dict[str, Any], output_hidden_states: bool):
         outputs, pooled = self.pooler.encode(call, inputs, output_hidden_states)
-        return outputs, pooled, self.logits(pooled)
+        logits = self.logits(pooled)
+        if self.calibrate is not None:  # label text's seen-label margin (label_text_margin.py)
+            logits = self.calibrate(logits, inputs)
+        return outputs, pooled, logits
 
     def logits(self, pooled: torch.Tensor) -> torch.Tensor:
         """The head's logits for pooled vectors (averaged over dropout samples in training)."""

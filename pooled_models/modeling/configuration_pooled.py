@@ -310,10 +310,14 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
         of labels, and what the modules read once when built (BUILT_WITH). A model cannot follow a change of these (it
         keeps its modules); loading it again can."""
         names = (
-            {"pooling", "classifier_head", "num_labels", *BUILT_WITH}
-            | POOLINGS.every_option()
-            | HEADS.every_option()
-        ) - set(INITIALISATION_ONLY) - set(READ_AT_EACH_CALL)
+            (
+                {"pooling", "classifier_head", "num_labels", *BUILT_WITH}
+                | POOLINGS.every_option()
+                | HEADS.every_option()
+            )
+            - set(INITIALISATION_ONLY)
+            - set(READ_AT_EACH_CALL)
+        )
         return {name: getattr(self, name, None) for name in sorted(names)}
 
     # -- loading and saving ---------------------------------------------------------------------------------

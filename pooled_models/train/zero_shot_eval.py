@@ -101,6 +101,7 @@ class ZeroShotResult:
     rows: ZeroShotRows
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     seen_source: str | None = None  # where the generalized setting's seen rows come from (None: not scored)
+    margin: float = 0.0  # the seen-label margin this run set (set_margin)
 
     def metrics(self) -> dict[str, float]:
         """The scores as the run's metrics: ``zero_shot_accuracy``, ``zero_shot_before_training_f1_macro``..."""
@@ -117,11 +118,6 @@ def read_zero_shot_rows(data_args, model_labels: list[str], cache_dir: str | Non
     label columns, every text, one label per row; the candidates are every label it holds."""
     path = data_args.zero_shot_file
     if not path:
-        if str(data_args.seen_label_margin).strip().lower() != "auto":
-            raise UsageError(
-                "--seen_label_margin is set with --zero_shot_file (the run that asks new labels among the trained "
-                "ones); this run has no zero_shot_file. Set label_text_seen_margin in the model's config instead."
-            )
         return None
     parse_margin(data_args.seen_label_margin)
     if data_args.text_pair_column:
@@ -313,6 +309,7 @@ class ZeroShotEvaluation:
             )
         else:
             logger.info("Seen-label margin: %s (--seen_label_margin).", margin)
+        self.result.margin = margin
         config.label_text_seen_margin = margin
         config.label_text_seen_ids = [list(row) for row in config.label_text_ids] if margin else None
 

@@ -113,6 +113,7 @@ def _zero_shot(result) -> dict[str, Any] | None:
             if all(metric in scores for metric in GENERALIZED)
         ],
         "seen_source": result.seen_source,
+        "margin": rounded(result.margin) if result.margin else None,
     }
 
 

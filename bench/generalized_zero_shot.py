@@ -99,6 +99,17 @@ def train(data: Path, output: Path, log: Path, subsets: bool = False) -> dict:
     return json.loads((output / "all_results.json").read_text())
 
 
+def label_subset(targets: list[int], num_labels: int, generator) -> tuple[list[int], list[int]]:
+    """A batch's labels: those of its rows and random others, half of ``num_labels`` in all (or its rows' labels
+    where they are more), sorted; and each row's target renumbered into them."""
+    import torch
+
+    present = sorted(set(targets))
+    others = [i for i in torch.randperm(num_labels, generator=generator).tolist() if i not in present]
+    chosen = sorted(set(present) | set(others[: max(0, num_labels // 2 - len(present))]))
+    return chosen, [chosen.index(target) for target in targets]
+
+
 def run_with_label_subsets(data: Path, output: Path, seed: int = 0) -> None:
     """train.py's run in this process, every training batch scored against a random half of the model's labels (its
     rows' labels always among them; the targets renumbered), as label_input_ids."""
@@ -114,17 +125,10 @@ def run_with_label_subsets(data: Path, output: Path, seed: int = 0) -> None:
     def forward(self, *args, labels=None, **kwargs):
         if not self.training or labels is None or kwargs.get("label_input_ids") is not None:
             return original(self, *args, labels=labels, **kwargs)
-        every = self.config.num_labels
-        present = torch.unique(labels.cpu())
-        others = [
-            i for i in torch.randperm(every, generator=generator).tolist() if i not in set(present.tolist())
-        ]
-        chosen = sorted(set(present.tolist()) | set(others[: max(0, every // 2 - len(present))]))
+        chosen, renumbered = label_subset(labels.cpu().tolist(), self.config.num_labels, generator)
         ids, mask = pad_label_ids([self.config.label_text_ids[i] for i in chosen], device=labels.device)
-        renumbered = torch.tensor([chosen.index(int(i)) for i in labels.cpu()], device=labels.device)
-        return original(
-            self, *args, labels=renumbered, label_input_ids=ids, label_attention_mask=mask, **kwargs
-        )
+        targets = torch.tensor(renumbered, device=labels.device)
+        return original(self, *args, labels=targets, label_input_ids=ids, label_attention_mask=mask, **kwargs)
 
     PooledForSequenceClassification.forward = forward
     run(train_flags(data, output))

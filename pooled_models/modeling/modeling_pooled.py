@@ -337,13 +337,14 @@ class PooledClassifier(nn.Module):
         head_class = self.pooler.head_class or HEADS.lookup(config.classifier_head)
         self.head = head_class(config, self.pooler.output_dim)
         self.dropout_samples = config.classifier_dropout_samples
-        self.calibrate = getattr(self.pooler, "calibrate", None)
+        # Read through self.pooler at each call (not kept as a bound method): PEFT and offloading may wrap the pooler.
+        self.calibrates = hasattr(self.pooler, "calibrate")
 
     def forward(self, call: BackboneCall, inputs: dict[str, Any], output_hidden_states: bool):
         outputs, pooled = self.pooler.encode(call, inputs, output_hidden_states)
         logits = self.logits(pooled)
-        if self.calibrate is not None:  # label text's seen-label margin (label_text_margin.py)
-            logits = self.calibrate(logits, inputs)
+        if self.calibrates:  # label text's seen-label margin (label_text_margin.py)
+            logits = self.pooler.calibrate(logits, inputs)
         return outputs, pooled, logits
 
     def logits(self, pooled: torch.Tensor) -> torch.Tensor:

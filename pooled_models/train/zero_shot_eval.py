@@ -16,6 +16,11 @@ before and after training. Training teaches a model to prefer the labels it saw,
 Without a validation file, or without an unseen label in the zero-shot file, the generalized setting is left out and
 the log says why.
 
+The seen-label margin (``--seen_label_margin``, the model's ``label_text_seen_margin``, calibrated stacking): after
+training, a number taken off the score of every trained label, saved with the model. "auto" tunes it on the validation
+rows asked against the trained labels and the zero-shot file's unseen label names (never its rows): the largest margin
+of ``MARGIN_GRID`` that keeps ``KEPT_ACCURACY`` of their accuracy (bench/generalized_zero_shot.py measured it).
+
 Only a model that scores labels given as text can do this: ``pooling="label_text"`` with ``label_text_scorer="shared"``.
 Any other is refused by name before anything is written.
 """
@@ -284,15 +289,11 @@ class ZeroShotEvaluation:
             return
         if margin is None:
             rows, trained = self.result.rows, self.trained
-            texts, labels, is_seen = generalized_rows(rows, self.seen, trained)
-            texts, labels = (
-                [t for t, s in zip(texts, is_seen, strict=True) if s],
-                [n for n, s in zip(labels, is_seen, strict=True) if s],
-            )
+            # The validation rows only: none of the zero-shot file's rows, which the run reports on.
             config.label_text_seen_margin = 0.0
             candidates = label_texts(trained, config.label_descriptions) + list(rows.unseen)
-            logits = zero_shot_logits(model, self.tokenizer, texts, candidates, self.max_length)
-            targets = np.asarray([trained.index(name) for name in labels])
+            logits = zero_shot_logits(model, self.tokenizer, self.seen.texts, candidates, self.max_length)
+            targets = np.asarray([trained.index(name) for name in self.seen.labels])
             margin, start, kept = tune_margin(logits, targets, len(trained))
             logger.info(
                 "Seen-label margin: %.2f, tuned on %s asked against the %d trained labels and the %d unseen ones of "

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import random
 import subprocess
@@ -84,7 +85,9 @@ def train_flags(data: Path, output: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def train(data: Path, output: Path, log: Path, subsets: bool = False) -> dict:
+def train(data: Path, output: Path, log: Path, subsets: bool = False, reuse: bool = False) -> dict:
+    if reuse and (output / "all_results.json").exists():
+        return json.loads((output / "all_results.json").read_text())
     command = [sys.executable, "train.py", *train_flags(data, output)]
     if subsets:
         command = [
@@ -122,6 +125,7 @@ def run_with_label_subsets(data: Path, output: Path, seed: int = 0) -> None:
     original = PooledForSequenceClassification.forward
     generator = torch.Generator().manual_seed(seed)
 
+    @functools.wraps(original)  # the Trainer keeps the dataset columns the forward's signature names
     def forward(self, *args, labels=None, **kwargs):
         if not self.training or labels is None or kwargs.get("label_input_ids") is not None:
             return original(self, *args, labels=labels, **kwargs)
@@ -200,6 +204,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=ROOT / "bench/results/zero_shot/generalized.md")
     parser.add_argument("--work", type=Path, default=Path("/tmp/generalized_zero_shot"))
+    parser.add_argument("--reuse", action="store_true", help="take the runs already finished in --work")
     parser.add_argument(
         "--label-subsets-run", nargs=2, type=Path, metavar=("DATA", "OUTPUT"), help="internal"
     )
@@ -223,10 +228,11 @@ def main() -> None:
     ):
         data, output = args.work / name, args.work / f"{name}_out"
         build(data)
-        results = train(data, output, args.work / f"{name}.log")
+        results = train(data, output, args.work / f"{name}.log", reuse=args.reuse)
         table, margin = levers(data, output)
-        train(data, args.work / f"{name}_subsets", args.work / f"{name}_subsets.log", subsets=True)
-        table += levers(data, args.work / f"{name}_subsets", "label subsets per batch")[0]
+        subsets = args.work / f"{name}_subsets"
+        train(data, subsets, args.work / f"{name}_subsets.log", subsets=True, reuse=args.reuse)
+        table += levers(data, subsets, "label subsets per batch")[0]
         lines += [
             "",
             f"## {name}",

@@ -50,6 +50,9 @@ BUILT_WITH = ("classifier_dropout_samples",)
 # Settings read only when a module's parameters are initialised: a built model has no use for them, so they shape
 # nothing (structure() leaves them out) and a change of them takes effect at the next initialisation (re-heading).
 INITIALISATION_ONLY = ("label_token_init", "label_token_init_ids")
+# Pooler settings read at each call, not when a module is built: a built model follows their edits (structure() leaves
+# them out). Label text's seen-label margin (label_text_margin.py).
+READ_AT_EACH_CALL = ("label_text_seen_margin", "label_text_seen_ids")
 
 # Keys that make transformers import and run code named by a config. A backbone config nested in ours is
 # always built from transformers' own classes, so none of them is ever kept.
@@ -154,6 +157,14 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
             text never attends to the labels, and a label never to another label. k >= 1 runs the backbone's layers
             one by one (BERT-style, ESM and DistilBERT backbones, sdpa or eager attention). Defaults to 0 (every
             backbone with a token embedding table runs it).
+        label_text_seen_margin (`float`, *optional*):
+            `label_text` only. Taken off the logit of every label the model was trained on (calibrated stacking), so
+            that a label never seen in training, asked together with trained ones, competes as it did before
+            training; the trained labels' order among themselves is unchanged. train.py tunes it on the validation
+            rows (`label_text_margin.py`). Defaults to 0 (none).
+        label_text_seen_ids (`list[list[int]]`, *optional*):
+            `label_text` only. The texts (as `label_text_ids` holds them) of the labels `label_text_seen_margin` is
+            taken off, matched by their token ids wherever they are asked. Defaults to the model's own labels.
         classifier_head (`str`, *optional*, defaults to `"linear"`):
             `"linear"`: dropout and a linear layer (BERT style). `"dense"`: dense, activation, dropout and an
             output projection (RoBERTa/ESM style).
@@ -276,6 +287,8 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
     label_text_scorer: Literal["per_label", "shared"] | None = None
     label_text_pooling: Literal["mean", "marker"] | None = None
     label_text_layers: int | Literal["all"] | None = None
+    label_text_seen_margin: float | int | None = None
+    label_text_seen_ids: list[list[int]] | None = None
     classifier_head: str = registered(HEADS, "linear")
     classifier_dropout: float | int | None = None
     classifier_dropout_samples: int = 1
@@ -323,10 +336,14 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
         of labels, and what the modules read once when built (BUILT_WITH). A model cannot follow a change of these (it
         keeps its modules); loading it again can."""
         names = (
-            {"pooling", "classifier_head", "num_labels", *BUILT_WITH}
-            | POOLINGS.every_option()
-            | HEADS.every_option()
-        ) - set(INITIALISATION_ONLY)
+            (
+                {"pooling", "classifier_head", "num_labels", *BUILT_WITH}
+                | POOLINGS.every_option()
+                | HEADS.every_option()
+            )
+            - set(INITIALISATION_ONLY)
+            - set(READ_AT_EACH_CALL)
+        )
         return {**{name: getattr(self, name, None) for name in sorted(names)}, **document_structure(self)}
 
     # -- loading and saving ---------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from .label_text_layout import (
     segment_vectors,
     split_joined,
 )
+from .label_text_margin import check_seen_margin, seen_label_texts, seen_mask, seen_mask_of_rows
 from .label_token_layers import ALL_LAYERS, layer_stack
 from .label_tokens import _word_embeddings, enable_label_token_input, marker_input_refusal
 from .pooling import Pooler
@@ -126,6 +127,8 @@ class LabelTextPooler(Pooler):
         "label_text_pooling": "mean",
         "label_text_layers": 0,
         "label_tokens_per_pass": _default_per_pass,
+        "label_text_seen_margin": 0.0,
+        "label_text_seen_ids": None,
     }
     head_class = LabelTextHead
     reads_label_texts = True
@@ -167,6 +170,7 @@ class LabelTextPooler(Pooler):
         )
         _check_descriptions(config)
         _check_label_text_ids(config)
+        check_seen_margin(config)
         _require(
             config.position_ids_from_mask,
             "pooling='label_text' needs position_ids_from_mask=True: the labels' positions are counted like a text's.",
@@ -192,6 +196,8 @@ class LabelTextPooler(Pooler):
         rows = rows or [[0]] * self.num_labels
         self.label_rows = [row + [0] * (width - len(row)) for row in rows]
         self.label_row_mask = [[1] * len(row) + [0] * (width - len(row)) for row in rows]
+        # The config itself (not a copy): the seen-label margin is read at each call (calibrate).
+        self.model_config = config
 
     @classmethod
     def backbone_refusal(cls, backbone):
@@ -225,6 +231,29 @@ class LabelTextPooler(Pooler):
 
     def public_output(self, pooled: torch.Tensor) -> torch.Tensor:
         return pooled[:, 1:]
+
+    def calibrate(self, logits: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+        """``logits`` less ``label_text_seen_margin`` for every seen label (``label_text_margin.py``). Read from the
+        config at each call, so that an edit or a ``from_pretrained`` override applies."""
+        config = self.model_config
+        margin = float(config.label_text_seen_margin or 0.0)
+        if margin == 0.0:
+            return logits
+        seen = seen_label_texts(config)
+        label_ids = inputs.get("label_input_ids")
+        if label_ids is None:
+            rows = config.label_text_ids or [[0]] * self.num_labels
+            mask = torch.tensor(seen_mask_of_rows(rows, seen), device=logits.device)
+        else:
+            label_ids = _as_tensor(label_ids, "label_input_ids", logits.device)
+            given = inputs.get("label_attention_mask")
+            label_mask = (
+                torch.ones_like(label_ids)
+                if given is None
+                else _as_tensor(given, "label_attention_mask", logits.device)
+            )
+            mask = seen_mask(label_ids, label_mask, seen)
+        return logits - margin * mask.to(logits.dtype)
 
     # -- forward -------------------------------------------------------------------------------------
 

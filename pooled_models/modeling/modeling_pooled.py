@@ -357,6 +357,8 @@ class PooledClassifier(nn.Module):
         head_class = self.pooler.head_class or HEADS.lookup(config.classifier_head)
         self.head = head_class(config, self.pooler.output_dim)
         self.dropout_samples = config.classifier_dropout_samples
+        # Read through self.pooler at each call (not kept as a bound method): PEFT and offloading may wrap the pooler.
+        self.calibrates = hasattr(self.pooler, "calibrate")
 
     def forward(
         self,
@@ -367,7 +369,10 @@ class PooledClassifier(nn.Module):
     ):
         outputs, pooled = self.pooler.encode(call, inputs, output_hidden_states)
         pooled = self.document_pooler(pooled, document_windows)
-        return outputs, pooled, self.logits(pooled)
+        logits = self.logits(pooled)
+        if self.calibrates:  # label text's seen-label margin (label_text_margin.py)
+            logits = self.pooler.calibrate(logits, inputs)
+        return outputs, pooled, logits
 
     def logits(self, pooled: torch.Tensor) -> torch.Tensor:
         """The head's logits for pooled vectors (averaged over dropout samples in training)."""

@@ -32,11 +32,12 @@ from vllm.v1.pool.metadata import PoolingMetadata
 
 from ..modeling.checkpoint_loading import read_tokenizer_settings
 from ..modeling.label_text_layout import masked_mean, segment_vectors
+from ..modeling.label_text_margin import seen_label_texts, seen_mask_of_rows
 from ..modeling.text_config import text_config_of
 from .plain_attention import plain_attention, plain_attention_refusal
 from .pooler import PLUGIN_TASK, PooledModelPooler, padded_states
 
-__all__ = ["LabelTextModelPooler", "PLUGIN_TASK", "own_label_prompts"]
+__all__ = ["LabelTextModelPooler", "PLUGIN_TASK", "own_label_prompts", "seen_margins"]
 
 logger = init_logger(__name__)
 
@@ -52,6 +53,29 @@ def own_label_prompts(config) -> list[list[int]]:
     return [[marker, *ids[1:]] for ids in config.label_text_ids or [[0]] * config.num_labels]
 
 
+def seen_margins(config, rows) -> torch.Tensor | None:
+    """What ``label_text_seen_margin`` takes off each label's logit (labels as token id lists, marker slot first), or
+    None where the margin is 0, as the transformers model's forward applies it (``LabelTextPooler.calibrate``)."""
+    margin = float(getattr(config, "label_text_seen_margin", None) or 0.0)
+    if margin == 0.0:
+        return None
+    rows = rows or [[0]] * config.num_labels
+    return margin * torch.tensor(seen_mask_of_rows(rows, seen_label_texts(config)), dtype=torch.float32)
+
+
+class SeenMarginThenCalibration:
+    """The seen-label margins (``[L]``, or None) taken off the logits, then vLLM's own logit calibration."""
+
+    def __init__(self, margins: torch.Tensor | None, calibration):
+        self.margins = margins
+        self.calibration = calibration
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.margins is not None:
+            logits = logits - self.margins.to(logits.device, logits.dtype)
+        return self.calibration(logits)
+
+
 class LabelTextModelPooler(PooledModelPooler):
     """The pooler and head of a label-text classifier over vLLM's states: ``classify`` scores each text against the
     model's own label vectors (worked out at load); ``plugin`` gives each prompt's vector (zero-shot route)."""
@@ -65,6 +89,10 @@ class LabelTextModelPooler(PooledModelPooler):
             "label_vectors", torch.zeros(config.num_labels, pooling.output_dim), persistent=False
         )
         self.label_vectors_ready = False
+        # The seen-label margin (label_text_margin.py), taken off the own labels' logits before vLLM's calibration.
+        self.calibrate = SeenMarginThenCalibration(
+            seen_margins(config, config.label_text_ids), self.calibrate
+        )
 
     def get_pooling_updates(self, task) -> PoolingParamsUpdate:
         # The plugin task tells a label's prompt from a text's by its first id (the marker, past the vocabulary).

@@ -41,7 +41,7 @@ from ..modeling.text_length import text_length
 from ..modeling.zero_shot_pipeline import ranked_labels
 from .checkpoint_keys import checkpoint_weights, renamed_key
 from .in_flight import InFlightRequests, Prompts
-from .label_text import PLUGIN_TASK, own_label_prompts
+from .label_text import PLUGIN_TASK, own_label_prompts, seen_margins
 from .label_vector_cache import LabelVectorCache
 from .multitask_support import head_location, served_config
 from .vocabulary import marker_id
@@ -173,6 +173,9 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
         pooled = torch.cat([texts.unsqueeze(1), labels.unsqueeze(0).expand(len(texts), -1, -1)], dim=1)
         with torch.no_grad():
             logits = self.head(pooled)
+        margins = self._seen_margins(pending.label_keys)
+        if margins is not None:  # the seen-label margin, as the transformers model's forward takes it off
+            logits = logits - margins.to(logits.device, logits.dtype)
         if pending.columns is not None:
             logits = logits[:, pending.columns]
         request = pending.request
@@ -180,6 +183,16 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
             {"sequence": text, **ranked_labels(list(request.labels), row, request.multi_label)}
             for text, row in zip(request.texts, logits, strict=True)
         ]
+
+    def _seen_margins(self, label_keys: list) -> torch.Tensor | None:
+        """The seen-label margin of each label asked (``label_text_margin.py``), matched by the label's token ids."""
+        if not getattr(self.config, "label_text_seen_margin", None):
+            return None
+        if self.own_prompts is not None:
+            rows = [self.own_prompts[key] for key in label_keys]
+        else:
+            rows = _label_ids(list(label_keys), self.tokenizer)
+        return seen_margins(self.config, rows)
 
     # -- prompts -------------------------------------------------------------------------------------------------
 

@@ -55,7 +55,13 @@ from .predictions import RESULTS_FILE, example_answers, predictions_file, write_
 from .source import model_source
 from .tasks import MODEL_WIDE_SETTINGS, TaskSpec
 from .trainer import PooledTrainer, callbacks_for, check_training_options
-from .zero_shot_eval import ZeroShotEvaluation, check_zero_shot_model, read_zero_shot_rows, scores_any_labels
+from .zero_shot_eval import (
+    ZeroShotEvaluation,
+    check_zero_shot_model,
+    read_seen_rows,
+    read_zero_shot_rows,
+    scores_any_labels,
+)
 
 __all__ = ["RunResult", "ModelFactory", "run_tasks"]
 
@@ -121,7 +127,15 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     max_length, origin = _tokenize(plan, tasks, tokenizer, model, data_args.max_seq_length, training_args)
     zero_shot = None
     if zero_shot_rows is not None:
-        zero_shot = ZeroShotEvaluation(zero_shot_rows, tokenizer, max_length)
+        task = next(iter(tasks.values()))
+        zero_shot = ZeroShotEvaluation(
+            zero_shot_rows,
+            tokenizer,
+            max_length,
+            read_seen_rows(task),
+            _label_names(tasks),
+            data_args.seen_label_margin,
+        )
     _prepare_for_training(plan, model)
     layout = _lay_out_batches(training_args, model, tasks, max_length)
     described = [describe_model(model, source.base_model, parameters), describe_length(max_length, origin)]
@@ -264,6 +278,8 @@ def _train_and_evaluate(
         metrics.update(result.metrics, **_train_rows(plan, tasks))
         log_metrics(trainer, "train", result.metrics)
         trainer.save_state()
+    if zero_shot is not None and args.do_train:  # saved with the model, as the thresholds below
+        zero_shot.set_margin(trainer.model)
     # Tuned on the final (or best) model, and set before it is saved, so config.json carries the threshold(s). The
     # metrics read the config when they run: the evaluations below are at the tuned threshold(s).
     if "validation" in plan.roles:

@@ -8,6 +8,19 @@ a new model, "before training" is the backbone with an untrained scorer, whose r
 text's mean-pooled vector and each label's (the untrained scorer is a scaled cosine): the cosine baseline. The run
 reports accuracy and macro-F1 of both, and the model card shows them.
 
+The generalized setting (a new label among the old ones): a user adds labels to the ones the model was trained on, so
+every row is also asked against the trained labels and the file's unseen ones together. The seen rows are the
+validation file's (they carry trained labels; with the zero-shot file's rows of a trained label, if it has any), the
+unseen rows the zero-shot file's rows of an unseen label; the run reports the accuracy on each and their harmonic mean,
+before and after training. Training teaches a model to prefer the labels it saw, which the unseen-only figure hides.
+Without a validation file, or without an unseen label in the zero-shot file, the generalized setting is left out and
+the log says why.
+
+The seen-label margin (``--seen_label_margin``, the model's ``label_text_seen_margin``, calibrated stacking): after
+training, a number taken off the score of every trained label, saved with the model. "auto" tunes it on the validation
+rows asked against the trained labels and the zero-shot file's unseen label names (never its rows): the largest margin
+of ``MARGIN_GRID`` that keeps ``KEPT_ACCURACY`` of their accuracy (bench/generalized_zero_shot.py measured it).
+
 Only a model that scores labels given as text can do this: ``pooling="label_text"`` with ``label_text_scorer="shared"``.
 Any other is refused by name before anything is written.
 """
@@ -22,7 +35,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError, UsageError
-from ..modeling.label_text import label_text_token_ids, pad_label_ids
+from ..modeling.label_text import label_text_token_ids, label_texts, pad_label_ids
 from ..modeling.problem_types import SINGLE_LABEL
 from .data.files import Split, read_file
 from .data.labels import Labels
@@ -33,6 +46,12 @@ __all__ = [
     "ZERO_SHOT",
     "BEFORE_TRAINING",
     "ZeroShotRows",
+    "SeenRows",
+    "GENERALIZED",
+    "read_seen_rows",
+    "generalized_metrics",
+    "harmonic_mean",
+    "tune_margin",
     "ZeroShotResult",
     "read_zero_shot_rows",
     "check_zero_shot_model",
@@ -65,6 +84,20 @@ class ZeroShotRows:
     unseen: list[str]
 
 
+@dataclass(frozen=True)
+class SeenRows:
+    """Rows of labels the model was trained on (the validation file's), for the generalized setting: their texts and
+    each row's label name."""
+
+    source: str
+    texts: list[str]
+    labels: list[str]
+
+
+# The generalized setting's metrics (each model's scores carry them next to accuracy and macro-F1).
+GENERALIZED = ("generalized_seen_accuracy", "generalized_unseen_accuracy", "generalized_harmonic_mean")
+
+
 @dataclass
 class ZeroShotResult:
     """What the summary and the model card report: the rows, and ``{"trained model" | "before training": {metric:
@@ -72,6 +105,8 @@ class ZeroShotResult:
 
     rows: ZeroShotRows
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    seen_source: str | None = None  # where the generalized setting's seen rows come from (None: not scored)
+    margin: float = 0.0  # the seen-label margin this run set (set_margin)
 
     def metrics(self) -> dict[str, float]:
         """The scores as the run's metrics: ``zero_shot_accuracy``, ``zero_shot_before_training_f1_macro``..."""
@@ -89,6 +124,7 @@ def read_zero_shot_rows(data_args, model_labels: list[str], cache_dir: str | Non
     path = data_args.zero_shot_file
     if not path:
         return None
+    parse_margin(data_args.seen_label_margin)
     if data_args.text_pair_column:
         raise UsageError(
             "zero_shot_file scores one text against each label; this run's texts are pairs (text_pair_column)."
@@ -114,6 +150,17 @@ def read_zero_shot_rows(data_args, model_labels: list[str], cache_dir: str | Non
         targets=targets,
         unseen=[str(name) for name in labels.names if str(name) not in known],
     )
+
+
+def read_seen_rows(task) -> SeenRows | None:
+    """The rows of a run's task that carry trained labels, for the generalized setting: its validation split (None
+    without one). A single-label task's targets index its label names."""
+    split = task.splits.get("validation")
+    if split is None or split.targets is None:
+        return None
+    names = [str(name) for name in task.labels.names]
+    texts = list(split.dataset[task.spec.data.text_column])
+    return SeenRows(split.source, texts, [names[int(target)] for target in split.targets])
 
 
 def scores_any_labels(config) -> bool:
@@ -168,16 +215,107 @@ def zero_shot_metrics(model, tokenizer, rows: ZeroShotRows, max_length: int) -> 
     return compute_metrics(logits, np.asarray(rows.targets), SINGLE_LABEL)
 
 
-class ZeroShotEvaluation:
-    """The zero-shot evaluation of one run: scored before training (when the run trains) and after."""
+def harmonic_mean(seen: float, unseen: float) -> float:
+    """The harmonic mean of the seen and unseen rows' accuracies (0 where either is 0), generalized zero-shot
+    learning's usual summary: high only when both are."""
+    return 0.0 if seen + unseen == 0 else 2 * seen * unseen / (seen + unseen)
 
-    def __init__(self, rows: ZeroShotRows, tokenizer, max_length: int):
+
+def generalized_rows(
+    rows: ZeroShotRows, seen: SeenRows, trained: list[str]
+) -> tuple[list[str], list[str], list[bool]]:
+    """The generalized setting's rows: ``(texts, label names, is a seen row)``, the seen rows first (``seen``'s and
+    the zero-shot file's rows of a trained label), then the zero-shot file's rows of an unseen label."""
+    known = set(trained)
+    names = [rows.labels[target] for target in rows.targets]
+    of_trained = [index for index, name in enumerate(names) if name in known]
+    of_unseen = [index for index, name in enumerate(names) if name not in known]
+    texts = [*seen.texts, *(rows.texts[i] for i in of_trained), *(rows.texts[i] for i in of_unseen)]
+    labels = [*seen.labels, *(names[i] for i in of_trained), *(names[i] for i in of_unseen)]
+    is_seen = [True] * (len(seen.texts) + len(of_trained)) + [False] * len(of_unseen)
+    return texts, labels, is_seen
+
+
+def generalized_metrics(
+    model, tokenizer, rows: ZeroShotRows, seen: SeenRows, trained: list[str], max_length: int
+) -> dict[str, float]:
+    """Every row asked against the ``trained`` labels (read as the model reads them: their descriptions where it has
+    some) and the zero-shot file's unseen ones together: the accuracy on the seen rows, on the unseen rows, and their
+    harmonic mean."""
+    candidates = [*trained, *rows.unseen]
+    texts, labels, is_seen = generalized_rows(rows, seen, trained)
+    label_text = label_texts(trained, getattr(model.config, "label_descriptions", None)) + list(rows.unseen)
+    logits = zero_shot_logits(model, tokenizer, texts, label_text, max_length)
+    correct = logits.argmax(-1) == np.asarray([candidates.index(name) for name in labels])
+    is_seen = np.asarray(is_seen)
+    seen_accuracy, unseen_accuracy = float(correct[is_seen].mean()), float(correct[~is_seen].mean())
+    return {
+        "generalized_seen_accuracy": seen_accuracy,
+        "generalized_unseen_accuracy": unseen_accuracy,
+        "generalized_harmonic_mean": harmonic_mean(seen_accuracy, unseen_accuracy),
+    }
+
+
+class ZeroShotEvaluation:
+    """The zero-shot evaluation of one run: scored before training (when the run trains) and after; in the
+    generalized setting too where the run has ``seen`` rows and the file an unseen label."""
+
+    def __init__(
+        self,
+        rows: ZeroShotRows,
+        tokenizer,
+        max_length: int,
+        seen: SeenRows | None = None,
+        trained: list[str] | None = None,
+        margin: str = "auto",
+    ):
+        self.margin = parse_margin(margin)
         self.result = ZeroShotResult(rows)
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.trained = list(trained or [])
+        self.seen = seen if seen is not None and seen.texts and rows.unseen and self.trained else None
+        if self.seen is None:
+            logger.info("Zero-shot, generalized setting: left out: %s.", _why_not_generalized(rows, seen))
+        else:
+            self.result.seen_source = f"{self.seen.source} ({len(self.seen.texts)} rows)"
+
+    def set_margin(self, model) -> None:
+        """After training: the seen-label margin (``--seen_label_margin``) set on ``model``'s config, tuned where
+        "auto" and the run can (module docstring), and the line that says what was chosen and why."""
+        margin, config = self.margin, model.config
+        if margin is None and self.seen is None:
+            logger.info("Seen-label margin: not tuned: %s.", _why_not_generalized(self.result.rows, None))
+            return
+        if margin is None:
+            rows, trained = self.result.rows, self.trained
+            # The validation rows only: none of the zero-shot file's rows, which the run reports on.
+            config.label_text_seen_margin = 0.0
+            candidates = label_texts(trained, config.label_descriptions) + list(rows.unseen)
+            logits = zero_shot_logits(model, self.tokenizer, self.seen.texts, candidates, self.max_length)
+            targets = np.asarray([trained.index(name) for name in self.seen.labels])
+            margin, start, kept = tune_margin(logits, targets, len(trained))
+            logger.info(
+                "Seen-label margin: %.2f, tuned on %s asked against the %d trained labels and the %d unseen ones of "
+                "%s (their names only): accuracy %.4f at no margin, %.4f at this one (the largest margin that keeps "
+                "%d%% of it).",
+                margin,
+                self.seen.source,
+                len(trained),
+                len(rows.unseen),
+                rows.source,
+                start,
+                kept,
+                round(KEPT_ACCURACY * 100),
+            )
+        else:
+            logger.info("Seen-label margin: %s (--seen_label_margin).", margin)
+        self.result.margin = margin
+        config.label_text_seen_margin = margin
+        config.label_text_seen_ids = [list(row) for row in config.label_text_ids] if margin else None
 
     def score(self, model, which: str) -> None:
-        """Score ``model`` as ``which`` ("before training" or "trained model") and log the line."""
+        """Score ``model`` as ``which`` ("before training" or "trained model") and log the lines."""
         scores = zero_shot_metrics(model, self.tokenizer, self.result.rows, self.max_length)
         self.result.scores[which] = scores
         rows = self.result.rows
@@ -191,3 +329,67 @@ class ZeroShotEvaluation:
             len(rows.labels),
             len(rows.unseen),
         )
+        if self.seen is None:
+            return
+        general = generalized_metrics(model, self.tokenizer, rows, self.seen, self.trained, self.max_length)
+        scores.update(general)
+        logger.info(
+            "Zero-shot, generalized, %s: seen rows %.4f, unseen rows %.4f, harmonic mean %.4f (every row asked "
+            "against the %d trained labels and the %d unseen ones together; seen rows: %s, %d rows, and the "
+            "zero-shot file's rows of a trained label).",
+            which,
+            general["generalized_seen_accuracy"],
+            general["generalized_unseen_accuracy"],
+            general["generalized_harmonic_mean"],
+            len(self.trained),
+            len(rows.unseen),
+            self.seen.source,
+            len(self.seen.texts),
+        )
+
+
+# The seen-label margins tried by --seen_label_margin auto (logit units; the shared scorer starts at 20 per unit of
+# cosine), and the share of the validation rows' accuracy the chosen one keeps (bench/generalized_zero_shot.py).
+MARGIN_GRID = tuple(step / 4 for step in range(41))
+KEPT_ACCURACY = 0.9
+
+
+def parse_margin(value: str) -> float | None:
+    """``--seen_label_margin``: None for "auto", else the number (finite)."""
+    if str(value).strip().lower() == "auto":
+        return None
+    try:
+        margin = float(value)
+    except ValueError:
+        margin = float("nan")
+    if not np.isfinite(margin):
+        raise UsageError(f"--seen_label_margin must be 'auto' or a number (0: none), got {value!r}.")
+    return margin
+
+
+def tune_margin(logits: np.ndarray, targets: np.ndarray, num_trained: int) -> tuple[float, float, float]:
+    """The largest margin of ``MARGIN_GRID`` that, taken off the first ``num_trained`` columns of ``logits`` (rows of
+    trained labels asked against the trained labels and other ones), keeps ``KEPT_ACCURACY`` of their accuracy at no
+    margin: ``(margin, accuracy at 0, accuracy at margin)``."""
+
+    def accuracy(margin: float) -> float:
+        shifted = logits.copy()
+        shifted[:, :num_trained] -= margin
+        return float((shifted.argmax(-1) == targets).mean())
+
+    start = accuracy(0.0)
+    chosen, kept = 0.0, start
+    for margin in MARGIN_GRID:
+        value = accuracy(margin)
+        if value >= KEPT_ACCURACY * start:
+            chosen, kept = margin, value
+    return chosen, start, kept
+
+
+def _why_not_generalized(rows: ZeroShotRows, seen: SeenRows | None) -> str:
+    if not rows.unseen:
+        return f"every label of {rows.source} is one the model was trained on"
+    return (
+        "it asks rows of the trained labels too, which the validation file gives, and this run has none "
+        "(--validation_file)"
+    )

@@ -35,6 +35,7 @@ MEETS = {
     deps.SEQUENCE_RUN: ([], ["--tags_column", "tags"]),
     deps.SINGLE_SEQUENCE_RUN: ([], ["--tags_column", "tags"]),
     deps.MULTI_TASK_RUN: (["--tasks", TASKS], []),
+    deps.ZERO_SHOT_RUN: (["--zero_shot_file", "z.csv"], []),
     deps.TEMPERATURE_SAMPLING: (["--task_sampling", "temperature"], []),
     deps.THRESHOLD_TUNING: ([], ["--tune_thresholds", "none"]),
     deps.EVALUATING_BY_STEPS: (["--eval_strategy", "steps", "--do_train"], []),
@@ -104,6 +105,7 @@ VALUES = {
     "hub_private_repo": ["true"],
     "metric_for_best_model": ["accuracy"],
     "greater_is_better": ["true"],
+    "seen_label_margin": ["1.5"],
 }
 
 

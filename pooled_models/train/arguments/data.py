@@ -50,6 +50,17 @@ class DataArguments:
             "in the model card."
         },
     )
+    seen_label_margin: str = field(
+        default="auto",
+        metadata={
+            "help": "With zero_shot_file: the number taken off the score of every label the model was trained on "
+            "wherever it is asked (calibrated stacking), so that a new label asked together with them competes as "
+            "before training; saved with the model (label_text_seen_margin), which the pipelines and vLLM apply. "
+            "'auto': tuned after training on the validation rows asked against the trained labels and the zero-shot "
+            "file's unseen label names (never its rows): the largest margin that keeps 90%% of their accuracy "
+            "(bench/generalized_zero_shot.py chose it); a number: that margin (0: none)."
+        },
+    )
     text_column: str = field(default="text", metadata={"help": "The column holding the text."})
     text_pair_column: str | None = field(
         default=None, metadata={"help": "A second text column, for sentence-pair tasks (encoded as a pair)."}

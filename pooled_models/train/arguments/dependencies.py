@@ -62,6 +62,7 @@ SINGLE_SEQUENCE_RUN = Needs(
     "a run of one sequence-classification task (not --tags_column, not a config file's tasks)",
     lambda model, data, training: data.tags_column is None and data.tasks is None,
 )
+ZERO_SHOT_RUN = Needs("--zero_shot_file", lambda model, data, training: bool(data.zero_shot_file))
 MULTI_TASK_RUN = Needs(
     "a multi-task run (a config file's tasks)", lambda model, data, training: data.tasks is not None
 )
@@ -159,6 +160,7 @@ DEPENDENCIES: dict[str, tuple[Needs, ...]] = {
     "words_column": (TOKEN_RUN,),
     "label_all_subtokens": (TOKEN_RUN,),
     "zero_shot_file": (SINGLE_SEQUENCE_RUN,),
+    "seen_label_margin": (ZERO_SHOT_RUN, TRAINING),  # set on the model this run trains
     "threshold_average": (EVALUATION, THRESHOLD_TUNING),
     "task_sampling": (MULTI_TASK_RUN, TRAINING),
     "sampling_alpha": (MULTI_TASK_RUN, TRAINING, TEMPERATURE_SAMPLING),

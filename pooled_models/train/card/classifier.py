@@ -15,7 +15,7 @@ from ...modeling.document_settings import document_structure
 from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ...modeling.registry import MULTI_LABEL_LOSSES, POOLINGS
 from ...thresholds import DEFAULT_THRESHOLD
-from ..zero_shot_eval import scores_any_labels
+from ..zero_shot_eval import GENERALIZED, scores_any_labels
 from .data import CardData, TaskCard
 from .markdown import code_span, rounded
 
@@ -107,6 +107,14 @@ def _zero_shot(result) -> dict[str, Any] | None:
             (model, rounded(scores["accuracy"]), rounded(scores["f1_macro"]))
             for model, scores in result.scores.items()
         ],
+        # The generalized setting (trained and unseen labels asked together), where the run scored it.
+        "generalized": [
+            (model, *(rounded(scores[metric]) for metric in GENERALIZED))
+            for model, scores in result.scores.items()
+            if all(metric in scores for metric in GENERALIZED)
+        ],
+        "seen_source": result.seen_source,
+        "margin": rounded(result.margin) if result.margin else None,
     }
 
 

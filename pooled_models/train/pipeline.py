@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from .model import (
     load_tokenizer,
     record_max_length,
 )
-from .output_dir import StagedOutputDir, push_folder
+from .output_dir import StagedOutputDir, push_folder, read_run_record
 from .plan import RunPlan, make_plan, needed_splits
 from .predictions import RESULTS_FILE, example_answers, predictions_file, write_predictions, write_results
 from .source import model_source
@@ -55,13 +56,21 @@ from .tasks import MODEL_WIDE_SETTINGS, TaskSpec
 from .trainer import PooledTrainer, callbacks_for, check_training_options
 from .zero_shot_eval import ZeroShotEvaluation, check_zero_shot_model, read_zero_shot_rows, scores_any_labels
 
-__all__ = ["RunResult", "ModelFactory", "run_tasks"]
+__all__ = ["RunResult", "ModelFactory", "RunInterrupted", "run_tasks"]
 
 logger = logging.getLogger("pooled_models.train")
 
 
 # (model source, labels, tokenizer) -> the model to train instead of a pooled one (the sweep's vanilla baseline)
 ModelFactory = Callable[[Any, Any, Any], Any]
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C once the run had started writing; ``kept`` says what it left (cli.py prints it in one line)."""
+
+    def __init__(self, kept: str):
+        super().__init__(kept)
+        self.kept = kept
 
 
 @dataclass
@@ -83,7 +92,22 @@ def run_tasks(
     staging = StagedOutputDir(training_args.output_dir, overwrite=training_args.overwrite_output_dir)
     # The process that writes holds output_dir's lock from the first check to the last rename.
     with staging.locked(enabled=training_args.should_save):
-        return _locked_run(staging, arguments, specs, callbacks, model_factory)
+        try:
+            return _locked_run(staging, arguments, specs, callbacks, model_factory)
+        except KeyboardInterrupt as interrupt:
+            if isinstance(interrupt, RunInterrupted):
+                raise
+            raise RunInterrupted(_left_outside_training(staging)) from interrupt
+
+
+def _left_outside_training(staging: StagedOutputDir) -> str:
+    """What Ctrl-C left when it came before training (reading, checking, building) or after it (publishing)."""
+    if staging.work.exists():
+        return f"{staging.work} stays; the same command run again completes or removes it"
+    record = read_run_record(staging.final) if staging.final.is_dir() else None
+    if record is not None and record.get("pid") == os.getpid() and record.get("status") == "finished":
+        return f"the model was already published in {staging.final}"
+    return "nothing was written"
 
 
 def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_factory) -> RunResult:
@@ -136,9 +160,18 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
         # Token ids were checked above and labels when read: the model need not read them back at every step.
         with values_checked_by_caller():
             metrics = _train_and_evaluate(plan, trainer, tasks, checkpoint, tokenizer, progress, zero_shot)
+    except KeyboardInterrupt as interrupt:
+        # Ctrl-C is the user's choice, not a failure: the same cleanup, said in one line by cli.py, no traceback,
+        # below the progress bar rather than on its line.
+        if progress is not None:
+            progress.close()
+        kept = (
+            what_was_kept(staging) if trainer.is_world_process_zero() else "nothing written on this process"
+        )
+        raise RunInterrupted(kept) from interrupt
     except BaseException:
         if trainer.is_world_process_zero():
-            report_failure(staging)
+            logger.error("The run failed; %s.", what_was_kept(staging))
         raise
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
@@ -315,19 +348,16 @@ def _publish(plan: RunPlan, staging, model, tasks, metrics, parameters: int, zer
     return RunResult(output_dir=output_dir, metrics=metrics, examples=examples, parameters=parameters)
 
 
-def report_failure(staging: StagedOutputDir) -> None:
-    """Log what a failed run keeps: its last complete checkpoint, for --resume_from_checkpoint true."""
+def what_was_kept(staging: StagedOutputDir) -> str:
+    """After a failed or interrupted run: keep the staging folder only if it holds a complete checkpoint (its last one
+    is what --resume_from_checkpoint true continues), and say what was kept."""
     incomplete = [path.name for path in staging.checkpoints()]
     kept = staging.abandon()
     if not kept:
-        logger.error("The run failed before its first complete checkpoint; nothing was kept.")
-        return
+        return "nothing was kept (no complete checkpoint had been saved)"
     skipped = [name for name in incomplete if name not in {path.name for path in kept}]
-    logger.error(
-        "The run failed; %s in %s stays for --resume_from_checkpoint true%s.",
-        kept[0].name,
-        staging.work,
-        f" ({', '.join(skipped)} is incomplete and will be skipped)" if skipped else "",
+    return f"{kept[0].name} in {staging.work} stays for --resume_from_checkpoint true" + (
+        f" ({', '.join(skipped)} is incomplete and will be skipped)" if skipped else ""
     )
 
 

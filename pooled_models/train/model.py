@@ -33,6 +33,7 @@ __all__ = [
     "backbone_max_length",
     "check_label_text_lengths",
     "choose_max_length",
+    "warn_of_another_length",
     "record_max_length",
     "freeze_backbone",
     "freeze_heads",
@@ -236,6 +237,29 @@ def choose_max_length(requested: int | None, tokenizer, model, source: ModelSour
         )
         return limit, "the backbone's limit"
     return length, origin
+
+
+def warn_of_another_length(source: ModelSource, length: int, trains: bool) -> None:
+    """Say it when a run reads a saved model's texts at another length than it was trained at: without training, the
+    scores are then not the ones the model gives wherever it is used (its saved length, which no copy replaces)."""
+    trained = getattr(source.saved, "max_seq_length", None)
+    if trained is None or trained == length:
+        return
+    if trains:
+        logger.info(
+            "The model was trained at %d tokens; this run trains it further at %d and saves it so.",
+            trained,
+            length,
+        )
+        return
+    logger.warning(
+        "The model was trained at %d tokens (its max_seq_length); this run cuts texts at %d, so its scores are not "
+        "the ones the saved model gives: pipeline, encode, ONNX and vLLM cut at %d. Leave --max_seq_length out to "
+        "score the model as it is used.",
+        trained,
+        length,
+        trained,
+    )
 
 
 def _longest_text(tokenizer, model) -> int | None:

@@ -47,6 +47,7 @@ from .model import (
     freeze_heads,
     load_tokenizer,
     record_max_length,
+    warn_of_another_length,
 )
 from .output_dir import StagedOutputDir, push_folder, read_run_record
 from .plan import RunPlan, make_plan, needed_splits
@@ -195,6 +196,7 @@ def _tokenize(
     """Tokenize every task at the run's one length (max_seq_length is a setting of the run, not of a task), saved
     with the model; returns it and where it comes from."""
     max_length, origin = choose_max_length(requested, tokenizer, model, plan.source)
+    warn_of_another_length(plan.source, max_length, training_args.do_train)
     record_max_length(model, tokenizer, max_length)
     with training_args.main_process_first(desc="tokenizing"):
         for task in tasks.values():
@@ -286,7 +288,10 @@ def _train_and_evaluate(
         if at_default:
             log_metrics(trainer, "eval", at_default)
             metrics.update(at_default)
-    trainer.save_model()  # the final (or best) model and the tokenizer; an evaluation-only run publishes it too
+    if (
+        plan.publishes_model
+    ):  # the final (or best) model and the tokenizer; not a saved model only used (plan.py)
+        trainer.save_model()
     if args.do_eval:
         with phase("evaluate"):
             evaluation = trainer.evaluate()
@@ -331,7 +336,9 @@ def _predict(plan: RunPlan, trainer, tasks: dict[str, TaskData], tokenizer) -> d
 
 
 def _publish(plan: RunPlan, staging, model, tasks, metrics, parameters: int, zero_shot) -> RunResult:
-    if plan.model_factory is None:  # the card describes a pooling; a factory's model has none
+    if (
+        plan.model_factory is None and plan.publishes_model
+    ):  # the card describes a pooling; a factory's model has none
         card = card_data(plan, model, tasks, metrics, pushed=plan.push_to_hub)
         card.zero_shot = zero_shot.result if zero_shot is not None else None
         render_model_card(card).save(staging.work / "README.md")
@@ -341,9 +348,17 @@ def _publish(plan: RunPlan, staging, model, tasks, metrics, parameters: int, zer
         push_folder(output_dir, plan.trainer_args)
     kinds = {name: task.kind for name, task in plan.tasks.items()}
     texts = list(plan.example_texts)
-    examples = example_answers(output_dir, texts, kinds, plan.single) if texts else []
+    # A saved model only evaluated or predicted with is named where it already is (no copy was published).
+    model_at = output_dir if plan.publishes_model else plan.source.path
+    examples = example_answers(model_at, texts, kinds, plan.single) if texts else []
     print_summary(
-        output_dir, metrics, examples, kinds, plan.single, zero_shot=scores_any_labels(model.config)
+        output_dir,
+        metrics,
+        examples,
+        kinds,
+        plan.single,
+        zero_shot=scores_any_labels(model.config),
+        model_at=None if plan.publishes_model else model_at,
     )
     return RunResult(output_dir=output_dir, metrics=metrics, examples=examples, parameters=parameters)
 

@@ -150,3 +150,46 @@ def test_the_length_line_names_the_limit_that_binds_a_label_token_model(tmp_path
     length, named = choose_max_length(None, tokenizer, model, source)
     assert length == backbone_max_length(tokenizer, model) and 0 < model.added_tokens
     assert named == origin
+
+
+def test_a_saved_model_only_predicted_with_stays_where_it_is_and_another_length_is_warned_of(
+    tiny_backbone_path, tmp_path, capsys, caplog
+):
+    """Issue 48: a run without --do_train on a saved model publishes predictions and metrics, no copy of the model,
+    and names the model where it is; a --max_seq_length other than the trained one is warned of by name."""
+    flags = [*files(tmp_path), "--max_seq_length", "12", "--pooling", "mean"]
+    trained = train(tiny_backbone_path, tmp_path / "trained", *flags).output_dir
+    test_file = str(tmp_path / "test.jsonl")
+    capsys.readouterr()  # the training run's summary names the trained folder too
+    as_saved = train(str(trained), tmp_path / "as_saved", "--test_file", test_file, "--do_predict").output_dir
+    printed = capsys.readouterr().out
+    assert sorted(path.name for path in as_saved.iterdir()) == [
+        "all_results.json",
+        "pooled_models_run.json",
+        "predictions.jsonl",
+        "training_args.json",
+    ]
+    assert f'pipeline("text-classification", model={json.dumps(str(trained))})' in printed
+    assert str(as_saved) not in printed.split("Use it:")[1] and "no copy saved" in printed
+    assert "trained at" not in caplog.text
+    # Read at its own length: the scores the training run predicted (control below: another length moves them).
+    labels = sorted(json.loads((trained / "config.json").read_text())["label2id"])
+    np.testing.assert_allclose(
+        predicted_scores(as_saved, labels), predicted_scores(trained, labels), atol=1e-5
+    )
+
+    longer = train(
+        str(trained), tmp_path / "longer", "--test_file", test_file, "--do_predict", "--max_seq_length", "24"
+    ).output_dir
+    (warning,) = [record for record in caplog.records if "trained at" in record.getMessage()]
+    assert warning.levelname == "WARNING"
+    assert warning.getMessage().startswith(
+        "The model was trained at 12 tokens (its max_seq_length); this run cuts texts at 24"
+    )
+    assert not (longer / "config.json").exists()  # no copy saved at 24
+    assert json.loads((trained / "config.json").read_text())["max_seq_length"] == 12
+    long_text = 0  # files() writes the long text first
+    moved = np.subtract(
+        predicted_scores(longer, labels)[long_text], predicted_scores(trained, labels)[long_text]
+    )
+    assert np.abs(moved).max() > 1e-4

@@ -26,7 +26,7 @@ from ..modeling.label_text import label_text_token_ids, pad_label_ids
 from ..modeling.problem_types import SINGLE_LABEL
 from .data.files import Split, read_file
 from .data.labels import Labels
-from .data.sequence import check_texts
+from .data.sequence import check_texts, report_truncated
 from .evaluation import compute_metrics
 
 __all__ = [
@@ -175,6 +175,10 @@ class ZeroShotEvaluation:
         self.result = ZeroShotResult(rows)
         self.tokenizer = tokenizer
         self.max_length = max_length
+        lengths = [len(ids) for ids in tokenizer(rows.texts, truncation=False, verbose=False)["input_ids"]]
+        report_truncated(
+            rows.source, sum(length > max_length for length in lengths), len(lengths), max_length
+        )
 
     def score(self, model, which: str) -> None:
         """Score ``model`` as ``which`` ("before training" or "trained model") and log the line."""

@@ -370,3 +370,34 @@ def test_a_label_column_called_labels_keeps_its_names(tiny_backbone_path, tmp_pa
     ]
     assert [prediction["label"] for prediction in predictions] == [row["labels"] for row in rows]
     assert "test_f1_micro" in result.metrics
+
+
+def test_the_zero_shot_files_cut_rows_are_reported_as_the_training_files_are(minilm_tokenizer, caplog):
+    """Issue 48: --zero_shot_file said nothing while most of its rows were cut; now it gets the training files' line,
+    with the count the training files' tokenizing gives for the same texts."""
+    from datasets import Dataset
+
+    from pooled_models.train.data.files import Split
+    from pooled_models.train.data.sequence import tokenize
+    from pooled_models.train.zero_shot_eval import ZeroShotEvaluation, ZeroShotRows
+
+    texts = ["a short text", " ".join(["football"] * 40), "another short one", " ".join(["music"] * 30)]
+    rows = ZeroShotRows(
+        source="zero_shot file unseen.csv",
+        file_name="unseen.csv",
+        texts=texts,
+        labels=["music", "sport"],
+        targets=[1, 1, 0, 0],
+        unseen=["music"],
+    )
+    split = Split("train", "train file train.csv", Dataset.from_dict({"text": texts}))
+    tokenize(split, minilm_tokenizer, "text", None, 16)
+    assert split.truncated == 2
+    caplog.clear()
+    ZeroShotEvaluation(rows, minilm_tokenizer, max_length=16)
+    assert caplog.messages == [
+        "zero_shot file unseen.csv: 2 of 4 rows are longer than 16 tokens and were truncated."
+    ]
+    caplog.clear()
+    ZeroShotEvaluation(rows, minilm_tokenizer, max_length=64)  # control: nothing cut, nothing said
+    assert caplog.messages == []

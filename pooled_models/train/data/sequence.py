@@ -21,6 +21,7 @@ __all__ = [
     "prepare_splits",
     "text_columns",
     "tokenize",
+    "report_truncated",
 ]
 
 logger = logging.getLogger(__name__)
@@ -179,11 +180,16 @@ def tokenize(split: Split, tokenizer, text_column: str, pair_column: str | None,
     if split.targets is not None:  # "labels" is the column Trainer hands to the model's loss
         encoded = encoded.add_column("labels", split.targets, feature=split.target_feature)
     split.encoded = encoded
-    if split.truncated:
+    report_truncated(split.source, split.truncated, len(encoded), max_length)
+
+
+def report_truncated(source: str, truncated: int, rows: int, max_length: int) -> None:
+    """The warning every file of a run gets when some of its rows were cut at the run's length."""
+    if truncated:
         logger.warning(
             "%s: %d of %d rows are longer than %d tokens and were truncated.",
-            split.source,
-            split.truncated,
-            len(encoded),
+            source,
+            truncated,
+            rows,
             max_length,
         )

@@ -196,6 +196,50 @@ def test_a_test_file_without_labels_is_only_predicted(tiny_backbone_path, tmp_pa
     assert len(rows) == 5 and "label" not in rows[0] and rows[0]["prediction"] in ("food", "music", "sport")
 
 
+def test_the_test_files_id_and_the_columns_named_are_carried_into_the_predictions(
+    tiny_backbone_path, tmp_path
+):
+    """Issue 48: predictions.jsonl kept only text, label, prediction and scores, so results joined back by row order.
+    An ``id`` column now comes along by itself, and --keep_columns names others."""
+    from pooled_models.errors import UsageError
+
+    train_file = write_rows(tmp_path / "train.csv", topic_rows(12))
+    test_rows = [
+        {"source": f"page {index}", "id": f"doc-{9 - index}", "text": row["text"]}
+        for index, row in enumerate(topic_rows(5, seed=3))
+    ]
+    test_file = str(write_rows(tmp_path / "test.jsonl", test_rows))
+    flags = [
+        "--train_file",
+        str(train_file),
+        "--test_file",
+        test_file,
+        "--do_train",
+        "--num_train_epochs",
+        "1",
+    ]
+    trained = train(tiny_backbone_path, tmp_path / "trained", *flags).output_dir
+    rows = [json.loads(line) for line in (trained / "predictions.jsonl").read_text().splitlines()]
+    assert [(row["id"], row["text"]) for row in rows] == [(row["id"], row["text"]) for row in test_rows]
+    assert list(rows[0])[:2] == ["id", "text"] and "source" not in rows[0]  # control: only the id by itself
+
+    again = train(
+        str(trained), tmp_path / "again", "--test_file", test_file, "--keep_columns", "source", "id"
+    )
+    named = [json.loads(line) for line in (again.output_dir / "predictions.jsonl").read_text().splitlines()]
+    assert [(row["source"], row["id"]) for row in named] == [(row["source"], row["id"]) for row in test_rows]
+    assert [row["prediction"] for row in named] == [row["prediction"] for row in rows]
+
+    message = bad_run(str(trained), tmp_path, "--test_file", test_file, "--keep_columns", "doc_id")
+    assert message.startswith(
+        f"test file {test_file} has no column 'doc_id'. Its columns are: source, id, text"
+    )
+    with pytest.raises(
+        UsageError, match="keep_columns names 'prediction', which predictions.jsonl writes itself"
+    ):
+        train(str(trained), tmp_path / "clash", "--test_file", test_file, "--keep_columns", "prediction")
+
+
 # ----------------------------------------------------------------------------------------------------
 # Label detection, without a model
 # ----------------------------------------------------------------------------------------------------

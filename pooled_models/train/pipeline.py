@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,15 +157,25 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
         staging.create(resuming=checkpoint is not None)
     trainer = _trainer(plan, model, tokenizer, tasks, callbacks, padding_free)
     progress = install_progress(trainer)  # one bar per phase, unless --log_level info
-    try:
+    with _cleaned_up_on_failure(staging, trainer, progress):
         # Token ids were checked above and labels when read: the model need not read them back at every step.
         with values_checked_by_caller():
             metrics = _train_and_evaluate(plan, trainer, tasks, checkpoint, tokenizer, progress, zero_shot)
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.is_world_process_zero():
+        return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
+    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot)
+
+
+@contextmanager
+def _cleaned_up_on_failure(staging: StagedOutputDir, trainer, progress) -> Iterator[None]:
+    """A failure keeps the staging folder only for its complete checkpoint, and says so; Ctrl-C does the same, said
+    in one line by cli.py (RunInterrupted), not as a failure with a traceback."""
+    try:
+        yield
     except KeyboardInterrupt as interrupt:
-        # Ctrl-C is the user's choice, not a failure: the same cleanup, said in one line by cli.py, no traceback,
-        # below the progress bar rather than on its line.
         if progress is not None:
-            progress.close()
+            progress.close()  # cli.py's line goes below the progress bar, not onto it
         kept = (
             what_was_kept(staging) if trainer.is_world_process_zero() else "nothing written on this process"
         )
@@ -174,10 +184,6 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
         if trainer.is_world_process_zero():
             logger.error("The run failed; %s.", what_was_kept(staging))
         raise
-    trainer.accelerator.wait_for_everyone()
-    if not trainer.is_world_process_zero():
-        return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
-    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot)
 
 
 def _lay_out_batches(training_args, model, tasks: dict[str, TaskData]) -> tuple[bool, str]:

@@ -12,6 +12,7 @@ is plain Python, tested where vLLM is not installed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -44,7 +45,12 @@ def refuse_empty_texts(architectures: Collection[str]) -> None:
     from vllm.exceptions import VLLMValidationError
     from vllm.v1.engine.input_processor import InputProcessor
 
-    original = InputProcessor._validate_model_input
+    original = getattr(InputProcessor, "_validate_model_input", None)
+    if original is None:  # a vLLM outside the pinned range: serve as vLLM does, and say the refusal is off
+        logging.getLogger(__name__).warning(
+            "This vLLM has no InputProcessor._validate_model_input: empty texts are not refused (vLLM answers them)."
+        )
+        return
     if getattr(original, "refuses_empty_texts", False):
         return
 

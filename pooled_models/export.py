@@ -16,6 +16,10 @@ Needs the ``[onnx]`` extra (onnx, onnxscript, onnxruntime).
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -53,6 +57,47 @@ class _Exported(nn.Module):
         if self.output_names == ["logits"]:
             return (self.model(**inputs).logits,)
         return (self.model.embed(**inputs),)
+
+
+# What torch's exporter says on every export that the user can do nothing about, each matched by its category and
+# message (torch 2.13): our batch and sequence axes are shared by every input (the exporter notes that it keeps one
+# name for them), torch's own pytree deprecation, and the torchvision operators it skips registering (a pooled model
+# uses none). Anything else, the user's warnings included, still shows.
+EXPORTER_NOTES = (
+    (
+        UserWarning,
+        r"# The axis name: (batch|sequence) will not be used, since it shares the same shape constraints",
+    ),
+    (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+)
+EXPORTER_LOG_NOTES = {
+    "torch.onnx._internal.exporter._registration": "torchvision is not installed. Skipping "
+}
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, start: str):
+        super().__init__()
+        self.start = start
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.start)
+
+
+@contextlib.contextmanager
+def _exporter_notes_silenced() -> Iterator[None]:
+    """Inside one export only: the exporter's notes above left out, every other warning and log line kept."""
+    filters = {name: _DropMessages(start) for name, start in EXPORTER_LOG_NOTES.items()}
+    with warnings.catch_warnings():
+        for category, message in EXPORTER_NOTES:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        for name, log_filter in filters.items():
+            logging.getLogger(name).addFilter(log_filter)
+        try:
+            yield
+        finally:
+            for name, log_filter in filters.items():
+                logging.getLogger(name).removeFilter(log_filter)
 
 
 def _sample_batch(
@@ -105,7 +150,7 @@ def export_onnx(
         layout if name == "document_windows" else {0: batch, 1: sequence} for name in names
     )
     arguments = tuple(sample.get(name, torch.zeros_like(sample["input_ids"])) for name in names)
-    with torch.no_grad():
+    with torch.no_grad(), _exporter_notes_silenced():
         torch.onnx.export(
             exported,
             arguments,

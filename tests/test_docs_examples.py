@@ -261,6 +261,20 @@ def test_the_readme_says_how_to_train_on_your_own_data():
         assert flag in block.code and f"`{flag}`" in section
 
 
+def test_the_readmes_list_of_poolings_is_the_registry():
+    """Issue 48: the README said fifteen pooling strategies while --pooling listed sixteen. It gives no count, and its
+    list names as many poolings as the registry holds (parentheses explain one, they are not more)."""
+    from pooled_models.modeling.registry import POOLINGS
+
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    listed = text.split("The pooling strategies built in: ", 1)[1].split(". ", 1)[0]
+    listed = re.sub(r" \([^)]*\)", "", listed)
+    names = re.split(r", | and ", listed)
+    assert len(names) == len(POOLINGS), (names, list(POOLINGS))
+    numbers = "ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|\\d+"
+    assert not re.search(rf"\b({numbers}) pooling(s| strategies)\b", text, re.IGNORECASE)
+
+
 def test_the_readme_is_the_front_door():
     assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 300
 

@@ -36,6 +36,11 @@ def register() -> None:
     from .vocabulary import register_vocabulary
 
     register_vocabulary()  # the label marker's id in a label-text model's prompts (zero-shot route)
+    from .empty_texts import refuse_empty_texts
+
+    refuse_empty_texts(
+        SERVED_ARCHITECTURES
+    )  # HTTP 400 for "", as train.py refuses empty texts (empty_texts.py)
 
     from .document_route import install_document_route
 

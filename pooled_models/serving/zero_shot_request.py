@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..modeling.zero_shot_pipeline import DEFAULT_TEMPLATE, template_refusal
+from .empty_texts import EMPTY_TEXT
 
 __all__ = ["ZeroShotRequest", "parse_request", "FIELDS", "MAX_CANDIDATE_LABELS", "MAX_TEXTS"]
 
@@ -71,6 +72,9 @@ def _texts(value) -> tuple[str, ...]:
     if len(texts) > MAX_TEXTS:
         raise ValueError(f"texts holds {len(texts)} texts; one request takes at most {MAX_TEXTS}.")
     _check_unicode("texts", texts)
+    empty = [index for index, text in enumerate(texts) if not text.strip()]
+    if empty:
+        raise ValueError(EMPTY_TEXT.format(where=f" (texts[{empty[0]}])"))
     return tuple(texts)
 
 

@@ -16,7 +16,7 @@ from ..errors import UsageError
 from .arguments import DEMO_FLAG, chosen_model_settings, help_command, parse_arguments, program
 from .arguments.dependencies import implied_phase_lines
 from .console import is_verbose, quiet_libraries, set_up_logging
-from .pipeline import ModelFactory, RunResult, run_tasks
+from .pipeline import ModelFactory, RunInterrupted, RunResult, run_tasks
 from .tasks import task_specs
 
 __all__ = ["main", "run", "RunResult"]
@@ -38,6 +38,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"{program()}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as interrupted:
+        # Ctrl-C: one line, as pooled-sweep says it; the lock and the staging folder were already put right.
+        kept = (
+            interrupted.kept if isinstance(interrupted, RunInterrupted) else "nothing was written"
+        )  # before the lock
+        print(f"{program()}: interrupted; {kept}.", file=sys.stderr)
+        return 130  # the shell's status for Ctrl-C (128 + SIGINT)
     except OSError as error:
         if error.errno not in DISK_ERRORS:
             raise

@@ -384,12 +384,17 @@ def print_summary(
     kinds: dict[str, str],
     single: bool,
     zero_shot: bool = False,
+    model_at: str | Path | None = None,
 ) -> None:
     """The end of a run: how training went, the scores, where the model is, the saved model's answers for the example
     texts (``[(text, {task: answers})]``) and how to use it. ``kinds``: task -> kind, in task order; ``single``: the
     model published is one task's (a classifier), not a multi-task model; ``zero_shot``: it scores any labels given
-    as text (a label-text model with the shared scorer), so the zero-shot pipeline is shown too."""
+    as text (a label-text model with the shared scorer), so the zero-shot pipeline is shown too; ``model_at``: where
+    the model is when ``output_dir`` holds no copy of it (a saved model only evaluated or predicted with)."""
     _print_evaluation(output_dir, metrics, width=28 if single else 32)  # task names make metric names longer
+    if model_at is not None:
+        print(f"The model was used where it is (no copy saved): {model_at}")
+    model_at = Path(output_dir if model_at is None else model_at)
     if examples and single:
         print("The saved model, loaded with pipeline():")
         for text, answers in examples:
@@ -400,7 +405,7 @@ def print_summary(
             print(f"  {text!r}")
             for task, answer in answers.items():
                 print(f"      {task}: {answer_text(answer)}")
-    _print_usage(_usage(output_dir, kinds, single) + (_zero_shot_usage(output_dir) if zero_shot else []))
+    _print_usage(_usage(model_at, kinds, single) + (_zero_shot_usage(model_at) if zero_shot else []))
 
 
 def answer_text(answers: list[dict[str, Any]]) -> str:

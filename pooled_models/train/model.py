@@ -33,6 +33,7 @@ __all__ = [
     "backbone_max_length",
     "check_label_text_lengths",
     "choose_max_length",
+    "warn_of_another_length",
     "record_max_length",
     "freeze_backbone",
     "freeze_heads",
@@ -41,6 +42,16 @@ __all__ = [
 logger = logging.getLogger("pooled_models.train")
 
 SENTENCE_TRANSFORMERS_LENGTH = "the max_seq_length of its sentence_bert_config.json"
+
+
+# Why a run from a sentence-transformers folder reads what the backbone reads rather than the folder's max_seq_length
+# (all-MiniLM-L6-v2: 256 of 512): that is its embeddings' serving length, and train.py's defaults measured no worse at
+# the backbone's length on fortunes, a tie on package descriptions (none is longer than 256 tokens), at the cost of
+# the tokens the longer texts hold (bench/text_length.py; docs/training.md, "The text length").
+EMBEDDING_LENGTH_SET_ASIDE = (
+    "; not its sentence_bert_config.json's {length}, the length its embeddings are served at: a classifier reads the "
+    "rest of a long text, measured in bench/results/text_length/report.md"
+)
 
 
 # What a run publishes -> the class of its model.
@@ -215,12 +226,16 @@ def check_label_text_lengths(tokenizer, model) -> None:
 
 
 def choose_max_length(requested: int | None, tokenizer, model, source: ModelSource) -> tuple[int, str]:
-    """The run's text length, and where it comes from: ``--max_seq_length``, else the model's own (a saved model's
-    ``max_seq_length``, or the backbone's sentence-transformers folder's), else the backbone's limit (its tokenizer's
-    ``model_max_length`` or its positions, the smaller); never more than the backbone can read."""
+    """The run's text length, and where it comes from: ``--max_seq_length``, else a saved model's ``max_seq_length``,
+    else the backbone's limit (its tokenizer's ``model_max_length`` or its positions, the smaller); never more than
+    the backbone can read. A sentence-transformers folder's ``max_seq_length`` is set aside, and the line says so:
+    it is the length its embeddings are served at, not what the backbone reads (EMBEDDING_LENGTH_SET_ASIDE)."""
     length, origin = (
         (requested, "--max_seq_length") if requested is not None else _stated_length(model, source)
     )
+    embedding_length = length if origin == SENTENCE_TRANSFORMERS_LENGTH else None
+    if embedding_length is not None:
+        length = None
     if length is None:
         limit = backbone_max_length(tokenizer, model)
         if limit is None:
@@ -228,7 +243,10 @@ def choose_max_length(requested: int | None, tokenizer, model, source: ModelSour
         # the smaller of the two limits binds (label tokens are taken off either)
         tokens, positions = _tokenizer_limit(tokenizer), _positions(model)
         from_tokenizer = tokens is not None and (positions is None or tokens <= positions)
-        return limit, "the tokenizer's model_max_length" if from_tokenizer else "the backbone's positions"
+        origin = "the tokenizer's model_max_length" if from_tokenizer else "the backbone's positions"
+        if embedding_length is not None and embedding_length < limit:
+            origin += EMBEDDING_LENGTH_SET_ASIDE.format(length=embedding_length)
+        return limit, origin
     limit = _longest_text(tokenizer, model)
     if limit is not None and length > limit:
         logger.warning(
@@ -236,6 +254,29 @@ def choose_max_length(requested: int | None, tokenizer, model, source: ModelSour
         )
         return limit, "the backbone's limit"
     return length, origin
+
+
+def warn_of_another_length(source: ModelSource, length: int, trains: bool) -> None:
+    """Say it when a run reads a saved model's texts at another length than it was trained at: without training, the
+    scores are then not the ones the model gives wherever it is used (its saved length, which no copy replaces)."""
+    trained = getattr(source.saved, "max_seq_length", None)
+    if trained is None or trained == length:
+        return
+    if trains:
+        logger.info(
+            "The model was trained at %d tokens; this run trains it further at %d and saves it so.",
+            trained,
+            length,
+        )
+        return
+    logger.warning(
+        "The model was trained at %d tokens (its max_seq_length); this run cuts texts at %d, so its scores are not "
+        "the ones the saved model gives: pipeline, encode, ONNX and vLLM cut at %d. Leave --max_seq_length out to "
+        "score the model as it is used.",
+        trained,
+        length,
+        trained,
+    )
 
 
 def _longest_text(tokenizer, model) -> int | None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,8 +49,9 @@ from .model import (
     freeze_heads,
     load_tokenizer,
     record_max_length,
+    warn_of_another_length,
 )
-from .output_dir import StagedOutputDir, push_folder
+from .output_dir import StagedOutputDir, push_folder, read_run_record
 from .plan import RunPlan, make_plan, needed_splits
 from .predictions import RESULTS_FILE, example_answers, predictions_file, write_predictions, write_results
 from .source import model_source
@@ -63,13 +65,21 @@ from .zero_shot_eval import (
     scores_any_labels,
 )
 
-__all__ = ["RunResult", "ModelFactory", "run_tasks"]
+__all__ = ["RunResult", "ModelFactory", "RunInterrupted", "run_tasks"]
 
 logger = logging.getLogger("pooled_models.train")
 
 
 # (model source, labels, tokenizer) -> the model to train instead of a pooled one (the sweep's vanilla baseline)
 ModelFactory = Callable[[Any, Any, Any], Any]
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C once the run had started writing; ``kept`` says what it left (cli.py prints it in one line)."""
+
+    def __init__(self, kept: str):
+        super().__init__(kept)
+        self.kept = kept
 
 
 @dataclass
@@ -91,7 +101,22 @@ def run_tasks(
     staging = StagedOutputDir(training_args.output_dir, overwrite=training_args.overwrite_output_dir)
     # The process that writes holds output_dir's lock from the first check to the last rename.
     with staging.locked(enabled=training_args.should_save):
-        return _locked_run(staging, arguments, specs, callbacks, model_factory)
+        try:
+            return _locked_run(staging, arguments, specs, callbacks, model_factory)
+        except KeyboardInterrupt as interrupt:
+            if isinstance(interrupt, RunInterrupted):
+                raise
+            raise RunInterrupted(_left_outside_training(staging)) from interrupt
+
+
+def _left_outside_training(staging: StagedOutputDir) -> str:
+    """What Ctrl-C left when it came before training (reading, checking, building) or after it (publishing)."""
+    if staging.work.exists():
+        return f"{staging.work} stays; the same command run again completes or removes it"
+    record = read_run_record(staging.final) if staging.final.is_dir() else None
+    if record is not None and record.get("pid") == os.getpid() and record.get("status") == "finished":
+        return f"the model was already published in {staging.final}"
+    return "nothing was written"
 
 
 def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_factory) -> RunResult:
@@ -146,18 +171,33 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
         staging.create(resuming=checkpoint is not None)
     trainer = _trainer(plan, model, tokenizer, tasks, callbacks, layout)
     progress = install_progress(trainer)  # one bar per phase, unless --log_level info
-    try:
+    with _cleaned_up_on_failure(staging, trainer, progress):
         # Token ids were checked above and labels when read: the model need not read them back at every step.
         with values_checked_by_caller():
             metrics = _train_and_evaluate(plan, trainer, tasks, checkpoint, tokenizer, progress, zero_shot)
-    except BaseException:
-        if trainer.is_world_process_zero():
-            report_failure(staging)
-        raise
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
     return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout)
+
+
+@contextmanager
+def _cleaned_up_on_failure(staging: StagedOutputDir, trainer, progress) -> Iterator[None]:
+    """A failure keeps the staging folder only for its complete checkpoint, and says so; Ctrl-C does the same, said
+    in one line by cli.py (RunInterrupted), not as a failure with a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt as interrupt:
+        if progress is not None:
+            progress.close()  # cli.py's line goes below the progress bar, not onto it
+        kept = (
+            what_was_kept(staging) if trainer.is_world_process_zero() else "nothing written on this process"
+        )
+        raise RunInterrupted(kept) from interrupt
+    except BaseException:
+        if trainer.is_world_process_zero():
+            logger.error("The run failed; %s.", what_was_kept(staging))
+        raise
 
 
 def _lay_out_batches(training_args, model, tasks: dict[str, TaskData], max_length: int) -> BatchLayout:
@@ -193,6 +233,7 @@ def _tokenize(
     """Tokenize every task at the run's one length (max_seq_length is a setting of the run, not of a task), saved
     with the model; returns it and where it comes from."""
     max_length, origin = choose_max_length(requested, tokenizer, model, plan.source)
+    warn_of_another_length(plan.source, max_length, training_args.do_train)
     record_max_length(model, tokenizer, max_length)
     with training_args.main_process_first(desc="tokenizing"):
         for task in tasks.values():
@@ -289,7 +330,10 @@ def _train_and_evaluate(
         if at_default:
             log_metrics(trainer, "eval", at_default)
             metrics.update(at_default)
-    trainer.save_model()  # the final (or best) model and the tokenizer; an evaluation-only run publishes it too
+    if (
+        plan.publishes_model
+    ):  # the final (or best) model and the tokenizer; not a saved model only used (plan.py)
+        trainer.save_model()
     if args.do_eval:
         with phase("evaluate"):
             evaluation = trainer.evaluate()
@@ -336,7 +380,8 @@ def _predict(plan: RunPlan, trainer, tasks: dict[str, TaskData], tokenizer) -> d
 def _publish(
     plan: RunPlan, staging, model, tasks, metrics, parameters: int, zero_shot, layout: BatchLayout
 ) -> RunResult:
-    if plan.model_factory is None:  # the card describes a pooling; a factory's model has none
+    # The card describes a pooling (a factory's model has none) and a model this run publishes.
+    if plan.model_factory is None and plan.publishes_model:
         card = card_data(plan, model, tasks, metrics, pushed=plan.push_to_hub, layout=layout.card_rows())
         card.zero_shot = zero_shot.result if zero_shot is not None else None
         render_model_card(card).save(staging.work / "README.md")
@@ -346,26 +391,31 @@ def _publish(
         push_folder(output_dir, plan.trainer_args)
     kinds = {name: task.kind for name, task in plan.tasks.items()}
     texts = list(plan.example_texts)
-    examples = example_answers(output_dir, texts, kinds, plan.single) if texts else []
+    # A saved model only evaluated or predicted with is named where it already is (no copy was published).
+    model_at = output_dir if plan.publishes_model else plan.source.path
+    examples = example_answers(model_at, texts, kinds, plan.single) if texts else []
     print_summary(
-        output_dir, metrics, examples, kinds, plan.single, zero_shot=scores_any_labels(model.config)
+        output_dir,
+        metrics,
+        examples,
+        kinds,
+        plan.single,
+        zero_shot=scores_any_labels(model.config),
+        model_at=None if plan.publishes_model else model_at,
     )
     return RunResult(output_dir=output_dir, metrics=metrics, examples=examples, parameters=parameters)
 
 
-def report_failure(staging: StagedOutputDir) -> None:
-    """Log what a failed run keeps: its last complete checkpoint, for --resume_from_checkpoint true."""
+def what_was_kept(staging: StagedOutputDir) -> str:
+    """After a failed or interrupted run: keep the staging folder only if it holds a complete checkpoint (its last one
+    is what --resume_from_checkpoint true continues), and say what was kept."""
     incomplete = [path.name for path in staging.checkpoints()]
     kept = staging.abandon()
     if not kept:
-        logger.error("The run failed before its first complete checkpoint; nothing was kept.")
-        return
+        return "nothing was kept (no complete checkpoint had been saved)"
     skipped = [name for name in incomplete if name not in {path.name for path in kept}]
-    logger.error(
-        "The run failed; %s in %s stays for --resume_from_checkpoint true%s.",
-        kept[0].name,
-        staging.work,
-        f" ({', '.join(skipped)} is incomplete and will be skipped)" if skipped else "",
+    return f"{kept[0].name} in {staging.work} stays for --resume_from_checkpoint true" + (
+        f" ({', '.join(skipped)} is incomplete and will be skipped)" if skipped else ""
     )
 
 

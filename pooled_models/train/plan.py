@@ -100,6 +100,21 @@ class RunPlan:
         """One task, published as its own head's model: metrics, files and card name no task."""
         return self.publishes != "multitask"
 
+    @property
+    def publishes_model(self) -> bool:
+        """Whether the run publishes a model: one it trained, built from a backbone, or whose saved config it changed
+        (decision thresholds tuned on validation, a problem type the config did not name). A saved model only
+        evaluated or predicted with stays where it is: the run publishes predictions and metrics, and names it there."""
+        if self.trainer_args.do_train or self.source.saved is None or self.model_factory is not None:
+            return True
+        tuned = "validation" in self.roles and any(
+            task.thresholds is not None and task.thresholds.tunes for task in self.tasks.values()
+        )
+        unnamed = any(
+            getattr(self.source.task_config(name), "problem_type", None) is None for name in self.tasks
+        )
+        return tuned or unnamed
+
 
 def needed_splits(training_args) -> list[str]:
     """The splits the run needs: train (do_train), validation (do_eval), test (do_predict)."""

@@ -14,7 +14,7 @@ import numpy as np
 from ..modeling.configuration_multitask import TOKEN
 from ..modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ..thresholds import predict_label_sets
-from .data.sequence import text_columns
+from .data.sequence import kept_columns, text_columns
 from .data.token import entities_of, word_predictions
 from .evaluation import logits_of, probabilities
 
@@ -39,8 +39,8 @@ def predictions_file(task: str, single: bool) -> str:
 
 
 def write_predictions(path: Path, task, predictions, config, tokenizer) -> None:
-    """One JSON object per test row of ``task`` (a TaskData), in input order: a sequence task's text(s), label if
-    known, prediction and scores by label name; a token task's words, tags if known and the predicted tag of each word
+    """One JSON object per test row of ``task`` (a TaskData), in input order: a sequence task's kept columns
+    (``keep_columns``, else ``id``), text(s), label if known, prediction and scores by label name; a token task's words, tags if known and the predicted tag of each word
     (its first sub-token's). ``config`` is the task's head config: multi-label predictions are the labels at or above
     its ``decision_threshold``, as ``predict_label_sets`` gives them to users of the saved model."""
     split = task.splits["test"]
@@ -62,9 +62,12 @@ def _sequence_records(task, split, logits, config):
         predict_label_sets(scores, config, from_logits=False) if labels.problem_type == MULTI_LABEL else None
     )
     rows = split.dataset
+    columns = kept_columns(data, rows.column_names) + text_columns(
+        data
+    )  # the row's key first (an id), to join on
     for index in range(len(rows)):
         row = rows[index]
-        record = {column: row[column] for column in text_columns(data)}
+        record = {column: row[column] for column in columns}
         if split.labelled:
             record["label"] = row[data.label_column]
         if labels.problem_type == REGRESSION:

@@ -39,7 +39,7 @@ from ..modeling.label_text import label_text_token_ids, label_texts, pad_label_i
 from ..modeling.problem_types import SINGLE_LABEL
 from .data.files import Split, read_file
 from .data.labels import Labels
-from .data.sequence import check_texts
+from .data.sequence import check_texts, report_truncated
 from .evaluation import compute_metrics
 
 __all__ = [
@@ -273,6 +273,10 @@ class ZeroShotEvaluation:
         self.result = ZeroShotResult(rows)
         self.tokenizer = tokenizer
         self.max_length = max_length
+        lengths = [len(ids) for ids in tokenizer(rows.texts, truncation=False, verbose=False)["input_ids"]]
+        report_truncated(
+            rows.source, sum(length > max_length for length in lengths), len(lengths), max_length
+        )
         self.trained = list(trained or [])
         self.seen = seen if seen is not None and seen.texts and rows.unseen and self.trained else None
         if self.seen is None:

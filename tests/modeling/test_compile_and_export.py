@@ -232,6 +232,43 @@ def test_an_export_that_does_not_match_is_refused(mean_export):
 POOLINGS_WITH_PARAMETERS = ["attention", "gem", "label_text", "label_tokens", "lstm", "weighted_layer"]
 
 
+def test_an_export_prints_none_of_the_exporters_notes_and_keeps_every_other_warning(tmp_path, capfd):
+    """Issue 48: about eight lines on every export (torchvision's skipped operators, torch's pytree FutureWarning, the
+    shared axis names) that the user cannot act on. Silenced inside the export only, each by its category and message:
+    a warning the model itself gives during the export still shows, and so do the same notes outside the export."""
+    import warnings
+
+    import pooled_models.export as export_module
+
+    model = tiny_model("mean")
+    original = export_module._Exported.forward
+
+    def forward_with_a_note(self, input_ids, attention_mask, token_type_ids=None):
+        warnings.warn("the user's own note", UserWarning, stacklevel=1)
+        return original(self, input_ids, attention_mask, token_type_ids)
+
+    export_module._Exported.forward = forward_with_a_note
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            export_onnx(model, tmp_path / "model.onnx", verify=False)
+            # control: outside the export, a note of the same kind is shown
+            warnings.warn(
+                "# The axis name: batch will not be used, since it shares the same shape constraints",
+                UserWarning,
+                stacklevel=1,
+            )
+    finally:
+        export_module._Exported.forward = original
+    messages = [str(warning.message) for warning in caught]
+    assert "the user's own note" in messages
+    assert [message for message in messages if "axis name" in message or "LeafSpec" in message] == [
+        "# The axis name: batch will not be used, since it shares the same shape constraints"
+    ]
+    printed = capfd.readouterr()
+    assert "torchvision" not in printed.err + printed.out
+
+
 def test_the_offload_list_is_complete():
     assert [
         name for name in sorted(POOLERS) if list(model_for(name).pooler.parameters())

@@ -234,3 +234,24 @@ def test_document_models_are_served_and_refused_by_name_where_not_exact():
     assert "a window is 32 tokens" in too_long and "--max-model-len 32" in too_long
     chunked = document_refusal(served, CLASSIFIER, engine(chunked=True))
     assert "enable_chunked_processing" in chunked and "document_pooling" in chunked
+
+
+def test_an_empty_text_is_refused_as_the_vllm_plugin_refuses_it_and_a_real_one_is_not():
+    """The rule the plugin applies to each prompt vLLM builds (serving/empty_texts.py): an empty or blank text, or
+    token ids that are all special tokens ([CLS] [SEP]), is refused naming it; any real token passes."""
+    from pooled_models.serving.empty_texts import empty_text_refusal
+
+    special = {101, 102}
+    assert empty_text_refusal(
+        {"type": "token", "prompt": "", "prompt_token_ids": [101, 102]}, special
+    ).startswith("The text is empty: ")
+    assert "The text is empty (' \\n')" in empty_text_refusal({"type": "token", "prompt": " \n"}, special)
+    assert "token ids [101, 102], all special" in empty_text_refusal(
+        {"type": "token", "prompt_token_ids": [101, 102]}, special
+    )
+    for prompt in (
+        {"type": "token", "prompt": "a", "prompt_token_ids": [101, 1037, 102]},
+        {"type": "token", "prompt_token_ids": [101, 1037, 102]},
+        {"type": "embeds"},
+    ):
+        assert empty_text_refusal(prompt, special) is None

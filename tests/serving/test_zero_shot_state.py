@@ -58,6 +58,8 @@ BAD_DATA = [
     ({**GOOD, 7: 1}, r"unknown fields \['7'\]"),
     ({**GOOD, "texts": []}, "texts must be"),
     ({**GOOD, "texts": [1]}, "texts must be"),
+    ({**GOOD, "texts": ["A text.", " "]}, r"The text is empty \(texts\[1\]\)"),
+    ({**GOOD, "texts": ""}, r"The text is empty \(texts\[0\]\)"),
     ({**GOOD, "texts": ["a"] * (MAX_TEXTS + 1)}, f"at most {MAX_TEXTS}"),
     ({**GOOD, "texts": ["ok", "bad \ud800 text"]}, r"texts\[1\] is not valid Unicode"),
     ({**GOOD, "candidate_labels": []}, "candidate_labels must be"),

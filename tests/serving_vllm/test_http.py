@@ -49,3 +49,14 @@ def test_embeddings_endpoint_serves_the_pooled_model(minilm_path, tmp_path):
         [item["embedding"] for item in sorted(answer["data"], key=lambda item: item["index"])]
     )
     torch.testing.assert_close(served, expected, atol=TOLERANCE, rtol=0)
+
+
+def test_an_empty_text_is_refused_with_400_naming_it_on_every_route(classifier_server):
+    """vLLM answered "" with 200 and a label; train.py refuses empty texts. The plugin refuses them too, on /classify
+    and /pooling, naming the empty text; the texts beside it in a request are not the reason (control below)."""
+    for path in ("/classify", "/pooling"):
+        status, answer = classifier_server.send(path, {"input": ["A real text.", ""]})
+        assert status == 400, (path, answer)
+        assert "The text is empty" in str(answer)
+    status, answer = classifier_server.send("/classify", {"input": ["A real text."]})
+    assert status == 200 and len(answer["data"]) == 1

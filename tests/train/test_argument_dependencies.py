@@ -88,6 +88,7 @@ VALUES = {
     "label_separator": ["|"],
     "max_eval_samples": ["5"],
     "max_predict_samples": ["5"],
+    "keep_columns": ["id"],
     "dataset_config_name": ["en"],
     "train_split_name": ["training"],
     "validation_split_name": ["dev"],

@@ -444,6 +444,44 @@ def test_a_full_disk_is_one_line_and_the_complete_checkpoint_resumes(
     assert leftovers(tmp_path / "out") == [tmp_path / "out"]
 
 
+def test_ctrl_c_is_one_line_and_exit_130_and_cleans_up_as_a_failure_does(
+    tmp_path, data, tiny_backbone_path, monkeypatch, capsys, caplog
+):
+    """Ctrl-C during training: one line that says what stays, exit 130 (as pooled-sweep), no traceback; the lock goes,
+    and the staging folder too when it holds no complete checkpoint, else it stays for --resume_from_checkpoint."""
+    original, steps = PooledTrainer.training_step, []
+
+    def ctrl_c_at_step(stop_at):
+        def step(self, *args, **kwargs):
+            steps.append(1)
+            if len(steps) == stop_at:
+                raise KeyboardInterrupt
+            return original(self, *args, **kwargs)
+
+        return step
+
+    output_dir = tmp_path / "out"
+    arguments = ["--model_name_or_path", tiny_backbone_path, "--output_dir", str(output_dir), *FAST]
+    arguments += ["--train_file", str(data), "--do_train", *STEPS]
+    monkeypatch.setattr(PooledTrainer, "training_step", ctrl_c_at_step(1))
+    assert main(arguments) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "train.py: interrupted; nothing was kept (no complete checkpoint had been saved)."
+    ]
+    assert leftovers(output_dir) == [] and not [
+        record for record in caplog.records if record.levelname == "ERROR"
+    ]
+
+    steps.clear()  # after the first checkpoint (every 2 steps): it stays, and the run continues from it
+    monkeypatch.setattr(PooledTrainer, "training_step", ctrl_c_at_step(3))
+    assert main(arguments) == 130
+    work = tmp_path / "out.incomplete"
+    assert capsys.readouterr().err.splitlines() == [
+        f"train.py: interrupted; checkpoint-2 in {work} stays for --resume_from_checkpoint true."
+    ]
+    assert leftovers(output_dir) == [work]  # the lock is gone (resuming from there: the full-disk test above)
+
+
 # ----------------------------------------------------------------------------------------------------
 # What a run starts from: no pickle, no code
 # ----------------------------------------------------------------------------------------------------

@@ -121,8 +121,7 @@ def test_a_saved_model_recording_a_removed_setting_loads_predicts_and_evaluates(
     validation = write_rows(tmp_path / "validation.csv", rows)
     result = train(str(folder), tmp_path / "out", "--validation_file", str(validation), "--do_eval")
     assert 0.0 <= result.metrics["eval_accuracy"] <= 1.0
-    saved = json.loads((result.output_dir / "config.json").read_text())
-    assert all(saved[name] == value for name, value in settings.items())
+    assert not (result.output_dir / "config.json").exists()  # only evaluated: the model stays where it is
 
 
 def test_a_checkpoint_an_ema_run_wrote_still_resumes(tiny_backbone_path, tmp_path):

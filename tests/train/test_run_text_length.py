@@ -96,14 +96,18 @@ def sentence_transformers_folder(backbone: str, folder: Path, max_seq_length: in
 
 
 def test_without_the_flag_the_length_is_the_backbones_own(tiny_backbone_path, tmp_path, capsys):
+    """A sentence-transformers folder's max_seq_length is its embeddings' serving length: a classifier trained from it
+    reads what the backbone reads, and the line says why (issue 48, item 10; bench/results/text_length/report.md)."""
     backbone = sentence_transformers_folder(tiny_backbone_path, tmp_path / "st", 24)
-    sequence = train(str(backbone), tmp_path / "sequence", *files(tmp_path)).output_dir
-    assert (
-        "Text length: 24 tokens (from the max_seq_length of its sentence_bert_config.json)"
-        in capsys.readouterr().out
+    set_aside = (
+        "Text length: 64 tokens (from the backbone's positions; not its sentence_bert_config.json's 24, the length "
+        "its embeddings are served at: a classifier reads the rest of a long text, measured in "
+        "bench/results/text_length/report.md)"
     )
-    assert json.loads((sequence / "config.json").read_text())["max_seq_length"] == 24
-    # A token task reads the folder's length too (its model does not read the folder's pooling).
+    sequence = train(str(backbone), tmp_path / "sequence", *files(tmp_path)).output_dir
+    assert set_aside in capsys.readouterr().out
+    assert json.loads((sequence / "config.json").read_text())["max_seq_length"] == 64
+    # A token task reads the backbone's length too.
     token_data = write_rows(tmp_path / "entities.jsonl", entity_rows(12))
     flags = [
         "--train_file",
@@ -115,20 +119,21 @@ def test_without_the_flag_the_length_is_the_backbones_own(tiny_backbone_path, tm
         "--do_train",
     ]
     token = train(str(backbone), tmp_path / "token", *flags).output_dir
-    assert (
-        "Text length: 24 tokens (from the max_seq_length of its sentence_bert_config.json)"
-        in capsys.readouterr().out
-    )
-    assert json.loads((token / "tokenizer_config.json").read_text())["model_max_length"] == 24
-    # Continuing a saved model: its length, or a longer one asked for (its tokenizer's saved 24 is no limit).
-    train(str(sequence), tmp_path / "again", *files(tmp_path))
+    assert set_aside in capsys.readouterr().out
+    assert json.loads((token / "tokenizer_config.json").read_text())["model_max_length"] == 64
+    # Continuing a saved model: its length, or another one asked for (its tokenizer's saved length is no limit).
+    shorter = train(
+        str(sequence), tmp_path / "shorter", *files(tmp_path), "--max_seq_length", "24"
+    ).output_dir
+    assert "Text length: 24 tokens (from --max_seq_length)" in capsys.readouterr().out
+    train(str(shorter), tmp_path / "again", *files(tmp_path))
     assert "Text length: 24 tokens (from the saved model's max_seq_length)" in capsys.readouterr().out
-    longer = train(str(sequence), tmp_path / "longer", *files(tmp_path), "--max_seq_length", "48").output_dir
+    longer = train(str(shorter), tmp_path / "longer", *files(tmp_path), "--max_seq_length", "48").output_dir
     assert "Text length: 48 tokens (from --max_seq_length)" in capsys.readouterr().out
     assert json.loads((longer / "tokenizer_config.json").read_text())["model_max_length"] == 48
-    # A plain backbone: its tokenizer's 512, capped at its 64 positions.
+    # A plain backbone: its tokenizer's 512, capped at its 64 positions, with nothing set aside to say.
     plain = train(tiny_backbone_path, tmp_path / "plain", *files(tmp_path)).output_dir
-    assert "Text length: 64 tokens (from the backbone's positions)" in capsys.readouterr().out
+    assert "Text length: 64 tokens (from the backbone's positions);" in capsys.readouterr().out
     assert json.loads((plain / "config.json").read_text())["max_seq_length"] == 64
 
 
@@ -150,3 +155,46 @@ def test_the_length_line_names_the_limit_that_binds_a_label_token_model(tmp_path
     length, named = choose_max_length(None, tokenizer, model, source)
     assert length == backbone_max_length(tokenizer, model) and 0 < model.added_tokens
     assert named == origin
+
+
+def test_a_saved_model_only_predicted_with_stays_where_it_is_and_another_length_is_warned_of(
+    tiny_backbone_path, tmp_path, capsys, caplog
+):
+    """Issue 48: a run without --do_train on a saved model publishes predictions and metrics, no copy of the model,
+    and names the model where it is; a --max_seq_length other than the trained one is warned of by name."""
+    flags = [*files(tmp_path), "--max_seq_length", "12", "--pooling", "mean"]
+    trained = train(tiny_backbone_path, tmp_path / "trained", *flags).output_dir
+    test_file = str(tmp_path / "test.jsonl")
+    capsys.readouterr()  # the training run's summary names the trained folder too
+    as_saved = train(str(trained), tmp_path / "as_saved", "--test_file", test_file, "--do_predict").output_dir
+    printed = capsys.readouterr().out
+    assert sorted(path.name for path in as_saved.iterdir()) == [
+        "all_results.json",
+        "pooled_models_run.json",
+        "predictions.jsonl",
+        "training_args.json",
+    ]
+    assert f'pipeline("text-classification", model={json.dumps(str(trained))})' in printed
+    assert str(as_saved) not in printed.split("Use it:")[1] and "no copy saved" in printed
+    assert "trained at" not in caplog.text
+    # Read at its own length: the scores the training run predicted (control below: another length moves them).
+    labels = sorted(json.loads((trained / "config.json").read_text())["label2id"])
+    np.testing.assert_allclose(
+        predicted_scores(as_saved, labels), predicted_scores(trained, labels), atol=1e-5
+    )
+
+    longer = train(
+        str(trained), tmp_path / "longer", "--test_file", test_file, "--do_predict", "--max_seq_length", "24"
+    ).output_dir
+    (warning,) = [record for record in caplog.records if "trained at" in record.getMessage()]
+    assert warning.levelname == "WARNING"
+    assert warning.getMessage().startswith(
+        "The model was trained at 12 tokens (its max_seq_length); this run cuts texts at 24"
+    )
+    assert not (longer / "config.json").exists()  # no copy saved at 24
+    assert json.loads((trained / "config.json").read_text())["max_seq_length"] == 12
+    long_text = 0  # files() writes the long text first
+    moved = np.subtract(
+        predicted_scores(longer, labels)[long_text], predicted_scores(trained, labels)[long_text]
+    )
+    assert np.abs(moved).max() > 1e-4

@@ -196,6 +196,50 @@ def test_a_test_file_without_labels_is_only_predicted(tiny_backbone_path, tmp_pa
     assert len(rows) == 5 and "label" not in rows[0] and rows[0]["prediction"] in ("food", "music", "sport")
 
 
+def test_the_test_files_id_and_the_columns_named_are_carried_into_the_predictions(
+    tiny_backbone_path, tmp_path
+):
+    """Issue 48: predictions.jsonl kept only text, label, prediction and scores, so results joined back by row order.
+    An ``id`` column now comes along by itself, and --keep_columns names others."""
+    from pooled_models.errors import UsageError
+
+    train_file = write_rows(tmp_path / "train.csv", topic_rows(12))
+    test_rows = [
+        {"source": f"page {index}", "id": f"doc-{9 - index}", "text": row["text"]}
+        for index, row in enumerate(topic_rows(5, seed=3))
+    ]
+    test_file = str(write_rows(tmp_path / "test.jsonl", test_rows))
+    flags = [
+        "--train_file",
+        str(train_file),
+        "--test_file",
+        test_file,
+        "--do_train",
+        "--num_train_epochs",
+        "1",
+    ]
+    trained = train(tiny_backbone_path, tmp_path / "trained", *flags).output_dir
+    rows = [json.loads(line) for line in (trained / "predictions.jsonl").read_text().splitlines()]
+    assert [(row["id"], row["text"]) for row in rows] == [(row["id"], row["text"]) for row in test_rows]
+    assert list(rows[0])[:2] == ["id", "text"] and "source" not in rows[0]  # control: only the id by itself
+
+    again = train(
+        str(trained), tmp_path / "again", "--test_file", test_file, "--keep_columns", "source", "id"
+    )
+    named = [json.loads(line) for line in (again.output_dir / "predictions.jsonl").read_text().splitlines()]
+    assert [(row["source"], row["id"]) for row in named] == [(row["source"], row["id"]) for row in test_rows]
+    assert [row["prediction"] for row in named] == [row["prediction"] for row in rows]
+
+    message = bad_run(str(trained), tmp_path, "--test_file", test_file, "--keep_columns", "doc_id")
+    assert message.startswith(
+        f"test file {test_file} has no column 'doc_id'. Its columns are: source, id, text"
+    )
+    with pytest.raises(
+        UsageError, match="keep_columns names 'prediction', which predictions.jsonl writes itself"
+    ):
+        train(str(trained), tmp_path / "clash", "--test_file", test_file, "--keep_columns", "prediction")
+
+
 # ----------------------------------------------------------------------------------------------------
 # Label detection, without a model
 # ----------------------------------------------------------------------------------------------------
@@ -370,3 +414,34 @@ def test_a_label_column_called_labels_keeps_its_names(tiny_backbone_path, tmp_pa
     ]
     assert [prediction["label"] for prediction in predictions] == [row["labels"] for row in rows]
     assert "test_f1_micro" in result.metrics
+
+
+def test_the_zero_shot_files_cut_rows_are_reported_as_the_training_files_are(minilm_tokenizer, caplog):
+    """Issue 48: --zero_shot_file said nothing while most of its rows were cut; now it gets the training files' line,
+    with the count the training files' tokenizing gives for the same texts."""
+    from datasets import Dataset
+
+    from pooled_models.train.data.files import Split
+    from pooled_models.train.data.sequence import tokenize
+    from pooled_models.train.zero_shot_eval import ZeroShotEvaluation, ZeroShotRows
+
+    texts = ["a short text", " ".join(["football"] * 40), "another short one", " ".join(["music"] * 30)]
+    rows = ZeroShotRows(
+        source="zero_shot file unseen.csv",
+        file_name="unseen.csv",
+        texts=texts,
+        labels=["music", "sport"],
+        targets=[1, 1, 0, 0],
+        unseen=["music"],
+    )
+    split = Split("train", "train file train.csv", Dataset.from_dict({"text": texts}))
+    tokenize(split, minilm_tokenizer, "text", None, 16)
+    assert split.truncated == 2
+    caplog.clear()
+    ZeroShotEvaluation(rows, minilm_tokenizer, max_length=16)
+    assert caplog.messages == [
+        "zero_shot file unseen.csv: 2 of 4 rows are longer than 16 tokens and were truncated."
+    ]
+    caplog.clear()
+    ZeroShotEvaluation(rows, minilm_tokenizer, max_length=64)  # control: nothing cut, nothing said
+    assert caplog.messages == []

@@ -825,10 +825,10 @@ def test_per_label_thresholds_pos_weight_auto_and_the_loss_reach_config_and_card
             "true",
         ]
     )
-    assert json.loads((evaluation.output_dir / "config.json").read_text())["decision_threshold"] == thresholds
     assert evaluation.metrics["eval_f1_macro"] == pytest.approx(result.metrics["eval_f1_macro"], abs=1e-6)
-    card = (evaluation.output_dir / "README.md").read_text()
-    assert "one per label (in the table below), kept from the model this run started from." in card
+    # Nothing changed the model: no copy is published (issue 48), and the one evaluated still has its thresholds.
+    assert not (evaluation.output_dir / "config.json").exists()
+    assert json.loads((folder / "config.json").read_text())["decision_threshold"] == thresholds
     # Or tunes them again, without training: here one threshold for every label.
     retuned = run(
         [

@@ -11,7 +11,10 @@ from ...errors import UsageError
 from ...modeling.problem_types import PROBLEM_TYPES
 from .model import JSONValue
 
-__all__ = ["DataArguments"]
+__all__ = ["DataArguments", "DEFAULT_KEPT_COLUMN"]
+
+# The test file's column that predictions.jsonl carries without being asked (keep_columns): a row's own key.
+DEFAULT_KEPT_COLUMN = "id"
 
 
 @dataclass
@@ -111,6 +114,14 @@ class DataArguments:
     )
     max_predict_samples: int | None = field(
         default=None, metadata={"help": "Use only the first N test rows."}
+    )
+    keep_columns: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Columns of the test file copied into each row of predictions.jsonl, next to the prediction, so "
+            "that results join back by key rather than by row order (e.g. --keep_columns id source). Default: the "
+            f"column '{DEFAULT_KEPT_COLUMN}', when the test file has one."
+        },
     )
     example_texts: list[str] | None = field(
         default=None,

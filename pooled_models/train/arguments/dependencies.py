@@ -143,6 +143,7 @@ SEQUENCE_DATA = (
     "label_column",
     "problem_type",
     "label_separator",
+    "keep_columns",
 )
 
 
@@ -153,6 +154,7 @@ DEPENDENCIES: dict[str, tuple[Needs, ...]] = {
     **{name: (SEQUENCE_RUN,) for name in SEQUENCE_DATA},
     "max_eval_samples": (EVALUATION,),
     "max_predict_samples": (PREDICTION,),
+    "keep_columns": (PREDICTION,),
     "dataset_config_name": (HUB_DATASET,),
     "train_split_name": (HUB_DATASET, TRAINING),
     "validation_split_name": (HUB_DATASET,),  # given, it turns evaluation on (IMPLIED_PHASES)
@@ -181,6 +183,7 @@ TASK_DEPENDENCIES: dict[str, tuple[Needs, ...]] = {
     "max_train_samples": (TRAINING,),
     "max_eval_samples": (EVALUATION,),
     "max_predict_samples": (PREDICTION,),
+    "keep_columns": (PREDICTION,),
     "skip_unseen_labels": (EVALUATION_OR_PREDICTION,),
     "train_split_name": (TRAINING,),
 }

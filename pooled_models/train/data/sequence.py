@@ -7,8 +7,9 @@ import logging
 
 from datasets import List, Value
 
-from ...errors import DataError, where
+from ...errors import DataError, UsageError, where
 from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
+from ..arguments.data import DEFAULT_KEPT_COLUMN
 from .batching import tokenizing_fingerprint
 from .files import Split, limit_rows, load_splits
 from .labels import Labels, describe_feature
@@ -20,7 +21,9 @@ __all__ = [
     "attach_labels",
     "prepare_splits",
     "text_columns",
+    "kept_columns",
     "tokenize",
+    "report_truncated",
 ]
 
 logger = logging.getLogger(__name__)
@@ -96,6 +99,21 @@ def prepare_splits(
     return splits, labels
 
 
+def kept_columns(data_args, columns: list[str]) -> list[str]:
+    """The test file's columns predictions.jsonl carries (``keep_columns``, else ``id`` where the file has one); one
+    that names what predictions.jsonl writes itself is refused."""
+    if data_args.keep_columns is None:
+        return [DEFAULT_KEPT_COLUMN] if DEFAULT_KEPT_COLUMN in columns else []
+    written = [*text_columns(data_args), "label", "prediction", "scores"]
+    clashing = [column for column in data_args.keep_columns if column in written]
+    if clashing:
+        raise UsageError(
+            f"keep_columns names {clashing[0]!r}, which predictions.jsonl writes itself (its keys: "
+            f"{', '.join(written)}); name the other columns to carry."
+        )
+    return list(dict.fromkeys(data_args.keep_columns))
+
+
 def text_columns(data_args) -> list[str]:
     return [data_args.text_column] + ([data_args.text_pair_column] if data_args.text_pair_column else [])
 
@@ -104,6 +122,8 @@ def _check_columns_and_texts(split: Split, data_args) -> None:
     # A test split may come without labels: it is then only predicted.
     split.labelled = split.name != "test" or data_args.label_column in split.dataset.column_names
     split.require_columns(text_columns(data_args) + ([data_args.label_column] if split.labelled else []))
+    if split.name == "test":
+        split.require_columns(kept_columns(data_args, split.dataset.column_names))
     for column in text_columns(data_args):
         check_texts(split, column)
 
@@ -179,11 +199,16 @@ def tokenize(split: Split, tokenizer, text_column: str, pair_column: str | None,
     if split.targets is not None:  # "labels" is the column Trainer hands to the model's loss
         encoded = encoded.add_column("labels", split.targets, feature=split.target_feature)
     split.encoded = encoded
-    if split.truncated:
+    report_truncated(split.source, split.truncated, len(encoded), max_length)
+
+
+def report_truncated(source: str, truncated: int, rows: int, max_length: int) -> None:
+    """The warning every file of a run gets when some of its rows were cut at the run's length."""
+    if truncated:
         logger.warning(
             "%s: %d of %d rows are longer than %d tokens and were truncated.",
-            split.source,
-            split.truncated,
-            len(encoded),
+            source,
+            truncated,
+            rows,
             max_length,
         )

@@ -20,7 +20,7 @@ UNSEEN = ["sports", "travel", "cooking", "politics", "weather"]
 ZERO_SHOT_TEXTS = [
     "I love this.",
     "The train was late again and I missed the connection to the airport.",
-    "",
+    "Fine.",
     "Add the onions to the pan and stir until golden.",
 ]
 ENTRY_POINT = f"{PLUGIN_NAME} = pooled_models.serving.zero_shot:plugin"

@@ -15,12 +15,13 @@ from vllm_server import Server, section_commands  # noqa: E402,F401
 
 from pooled_models import PooledConfig, PooledForSequenceClassification, PooledModel
 
-# Texts of different lengths in one batch (padding in transformers, none in vLLM), an empty one included.
+# Texts of different lengths in one batch (padding in transformers, none in vLLM). An empty text is refused by the
+# plugin (serving/empty_texts.py; test_http.py): a row with no real token is the model tests' (tests/modeling).
 TEXTS = [
     "I love this.",
     "This is the worst thing I have ever read, honestly, and I have read the manual of my washing machine.",
     "ok",
-    "",
+    "Fine.",
     "Meetings that could have been an email, again and again.",
 ]
 LABELS = {0: "joy", 1: "anger", 2: "fear"}

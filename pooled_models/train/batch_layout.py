@@ -19,6 +19,7 @@ from ..modeling.varlen_attention import (
     varlen_unavailable_reason,
 )
 from .data.batching import token_lengths
+from .data.documents import DocumentRowsCollator
 from .data.flat import FlatCollator
 from .data.multitask import TaskCollator
 
@@ -47,6 +48,8 @@ def padding_free_refusal(args, model, kinds: dict[str, str]) -> str | None:
     """Why this run cannot train padding-free, or None where it can."""
     if list(kinds.values()) != [SEQUENCE]:
         return "token and multi-task runs pad their batches (their labels are per token or per task)"
+    if getattr(model.config, "document_window", None) is not None:
+        return "document mode pads its windows (each batch's windows in rows of one length, docs/long-documents.md)"
     if not isinstance(model, PooledForSequenceClassification):
         return f"{type(model).__name__} is not a pooled model, and pooled models are the ones that read them"
     reason = varlen_unavailable_reason(args.device)
@@ -109,8 +112,12 @@ def _attention_dropout(model) -> str | None:
     return None
 
 
-def collator_for(padding_free: bool, tokenizer, kinds: dict[str, str], pad_to_multiple_of: int | None):
-    """The run's data collator: padding-free batches, or each task's padded ones."""
+def collator_for(
+    padding_free: bool, tokenizer, kinds: dict[str, str], pad_to_multiple_of: int | None, documents: bool = False
+):
+    """The run's data collator: padding-free batches, document mode's windows, or each task's padded rows."""
+    if documents:
+        return DocumentRowsCollator(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
     if padding_free:
         return FlatCollator()
     return TaskCollator(tokenizer, kinds, pad_to_multiple_of=pad_to_multiple_of)

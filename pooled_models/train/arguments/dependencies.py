@@ -121,6 +121,9 @@ TRAINING_ONLY = (
     "logging_steps",
     "gradient_checkpointing",
     "max_tokens_per_batch",
+    "max_windows_per_document",
+    "window_keeping",
+    "max_windows_per_batch",
 )
 
 # What only the final evaluation or prediction reads.
@@ -129,6 +132,7 @@ EVALUATION_OR_PREDICTION_ONLY = (
     "per_device_eval_batch_size",
     "eval_accumulation_steps",
     "length_sorted_eval",
+    "eval_max_windows",
 )
 
 # The data settings of a sequence task, which a token-classification run does not read (label_description_column,
@@ -156,6 +160,7 @@ DEPENDENCIES: dict[str, tuple[Needs, ...]] = {
     "words_column": (TOKEN_RUN,),
     "label_all_subtokens": (TOKEN_RUN,),
     "zero_shot_file": (SINGLE_SEQUENCE_RUN,),
+    "document_mode": (SINGLE_SEQUENCE_RUN,),
     "threshold_average": (EVALUATION, THRESHOLD_TUNING),
     "task_sampling": (MULTI_TASK_RUN, TRAINING),
     "sampling_alpha": (MULTI_TASK_RUN, TRAINING, TEMPERATURE_SAMPLING),

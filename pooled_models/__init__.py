@@ -20,6 +20,7 @@ from transformers import (
 from .export import export_onnx
 from .modeling.configuration_multitask import PooledMultiTaskConfig
 from .modeling.configuration_pooled import PooledConfig
+from .modeling.documents import DocumentCollator, document_windows_from, tokenize_documents
 from .modeling.heads import Head, register_head
 from .modeling.label_tokens import LabelTokenInit
 from .modeling.layer_pooling import LayerPooler
@@ -31,6 +32,7 @@ from .modeling.pooling import POOLERS, Pooler, TokenPooler, get_pooler_class, re
 from .modeling.registry import HEADS, LABEL_TOKEN_INITS, MULTI_LABEL_LOSSES, POOLINGS
 from .modeling.text_classification_pipeline import register_text_classification_pipeline
 from .modeling.varlen_attention import TORCH_VARLEN, register_varlen_attention
+from .modeling.window_pooling import WINDOW_POOLINGS
 from .modeling.zero_shot_pipeline import register_zero_shot_pipeline
 
 __version__ = "0.4.1"
@@ -61,6 +63,10 @@ __all__ = [
     "get_pooler_class",
     "export_onnx",
     "TORCH_VARLEN",
+    "WINDOW_POOLINGS",
+    "DocumentCollator",
+    "tokenize_documents",
+    "document_windows_from",
 ]
 
 AutoConfig.register(PooledConfig.model_type, PooledConfig, exist_ok=True)

@@ -12,12 +12,14 @@ from typing import Any
 
 from transformers.configuration_utils import PreTrainedConfig
 
+from .document_settings import check_document_settings, stale_document_settings
 from .heads import HEADS
 from .losses import MULTI_LABEL_LOSSES
 from .pooling import POOLINGS
 from .problem_types import MULTI_LABEL
 from .registry import LABEL_TOKEN_INITS, Registry
 from .text_length import check_max_seq_length
+from .window_pooling import WINDOW_POOLINGS
 
 __all__ = ["SettingsValidation", "CHOICES", "PER_LABEL"]
 
@@ -46,6 +48,7 @@ class SettingsValidation:
         self._check_multi_label()
         _check_packing(self)
         check_max_seq_length(self.max_seq_length)
+        check_document_settings(self)
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
 
@@ -89,6 +92,7 @@ class SettingsValidation:
             stale |= {"pos_weight", "decision_threshold"} | MULTI_LABEL_LOSSES.every_option()
         if vocabulary_shrank:
             stale.add("label_token_init_ids")
+        stale |= stale_document_settings(self)
         return sorted(name for name in stale - edited if getattr(self, name, None) is not None)
 
     @property
@@ -116,7 +120,7 @@ class SettingsValidation:
             if getattr(self, option, None) is not None:
                 readers = [
                     reader
-                    for registry in (*CHOICES, LABEL_TOKEN_INITS)
+                    for registry in (*CHOICES, LABEL_TOKEN_INITS, WINDOW_POOLINGS)
                     for reader in registry.readers_of(option)
                 ]
                 raise ValueError(

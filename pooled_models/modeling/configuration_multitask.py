@@ -30,6 +30,7 @@ from .configuration_pooled import (
     _clean_backbone_config,
     _serialised,
 )
+from .document_settings import DOCUMENT_SETTINGS
 from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .pooling import POOLINGS
@@ -52,6 +53,13 @@ SHARED_SETTINGS = (
     "max_seq_length",
 )
 LABEL_SETTINGS = ("id2label", "label2id", "num_labels", "problem_type")
+# Document mode pools one head's windows across a document; a multi-task model's tasks share one pass of the backbone
+# over one text, so it has no document mode (document_settings.py).
+DOCUMENT_FIELDS = ("document_window", *DOCUMENT_SETTINGS)
+DOCUMENT_REFUSAL = (
+    " is a setting of document mode, which a multi-task model has not (its tasks share one backbone pass over a text): "
+    "train a PooledForSequenceClassification with document_window for a task that reads whole documents"
+)
 # A task's name becomes a module name (no dots) and part of metric names (eval_<task>_f1); "mean" names the mean of
 # every task's main metric (eval_mean_score).
 TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -81,7 +89,7 @@ def _own_fields() -> list[str]:
     return [
         item.name
         for item in dataclasses.fields(PooledConfig)
-        if item.name not in base and item.name not in SHARED_SETTINGS
+        if item.name not in base and item.name not in SHARED_SETTINGS and item.name not in DOCUMENT_FIELDS
     ]
 
 
@@ -291,6 +299,8 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
             where = (
                 " is a setting of the whole model (the backbone is shared), not of a task"
                 if shared
+                else DOCUMENT_REFUSAL
+                if unknown[0] in DOCUMENT_FIELDS
                 else (
                     " does not apply to a token task, which has no pooling and one loss (cross-entropy per token)"
                     if kind == TOKEN and unknown[0] in _own_fields()

@@ -29,6 +29,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 # copies the files a module imports with "from .module import").
 from .compat import BACKBONE_SUB_CONFIGS, backbone_sub_config_defaults, default_backbone_config
 from .config_validation import CHOICES, SettingsValidation
+from .document_settings import document_structure
 from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .label_text import LabelTextPooler  # noqa: F401  (registers pooling "label_text")
@@ -39,6 +40,7 @@ from .pipeline_reference import custom_pipelines, keeps_custom_pipelines, pipeli
 from .pooling import POOLINGS
 from .registry import Registry
 from .text_config import TextConfigSizes
+from .window_pooling import WINDOW_POOLINGS
 
 __all__ = ["PooledConfig", "CHOICES", "SETTINGS", "LOAD_TIME_SETTINGS"]
 
@@ -212,6 +214,24 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
             trained with; `from_backbone` to a sentence-transformers folder's `max_seq_length`. Unset: the tokenizer's
             `model_max_length`. Always capped at what the backbone has positions for (less the label tokens of
             `pooling="label_tokens"`). `embedding_max_length`, its name in 0.3, is read as it.
+        document_window (`int`, *optional*):
+            Document mode: the tokens of one window, special tokens included. A text is cut into overlapping
+            windows of this length, each window runs through the backbone and the pooling, and the windows' vectors
+            are pooled across the document (`document_pooling`) before the head, so the whole text is read. At most
+            what the backbone has positions for (less the label tokens of `pooling="label_tokens"`). Unset: off, a
+            text is cut at `max_seq_length`.
+        document_stride (`int`, *optional*):
+            Document mode: the tokens consecutive windows share (the tokenizer's `stride`), from 0 to
+            `document_window - 1`. Defaults to `document_window // 8`.
+        document_pooling (`str`, *optional*):
+            Document mode: how the windows' vectors become the document's: `"mean"`, `"max"`, `"attention"` (a
+            learned weighting) or `"transformer"` (a small transformer over the windows with their positions, then
+            the maximum). Defaults to `"mean"`.
+        document_transformer_layers (`int`, *optional*):
+            `document_pooling="transformer"` only. Its layers. Defaults to 2.
+        document_transformer_heads (`int`, *optional*):
+            `document_pooling="transformer"` only. Its attention heads, a divisor of the window vectors' width.
+            Unset: 64 dimensions per head where the width allows it, else the largest divisor up to 8.
 
     Settings that do not apply to the chosen pooling or head raise a `ValueError`; the ones that apply but
     are left unset are filled with their defaults, so `config.json` shows exactly what was built.
@@ -274,6 +294,12 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
     # They choose no module, so a built model follows their edits: encode's normalisation, and every path's length
     normalize_embeddings: bool = False
     max_seq_length: int | None = None
+    # Document mode (document_settings.py): the window and stride cut texts; the pooling chooses a module.
+    document_window: int | None = None
+    document_stride: int | None = None
+    document_pooling: str | None = registered(WINDOW_POOLINGS, None)
+    document_transformer_layers: int | None = None
+    document_transformer_heads: int | None = None
 
     def __post_init__(self, **kwargs):
         refuse_engine_without_plugin()  # engines.py: vLLM without the plugin would serve another pooling
@@ -301,7 +327,7 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
             | POOLINGS.every_option()
             | HEADS.every_option()
         ) - set(INITIALISATION_ONLY)
-        return {name: getattr(self, name, None) for name in sorted(names)}
+        return {**{name: getattr(self, name, None) for name in sorted(names)}, **document_structure(self)}
 
     # -- loading and saving ---------------------------------------------------------------------------------
 

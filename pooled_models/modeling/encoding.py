@@ -21,6 +21,7 @@ from torch.nn import functional as F
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
+from .document_encoding import encode_documents
 from .sentence_transformers_folder import sentence_transformers_files
 from .text_length import text_length
 
@@ -105,6 +106,17 @@ class SentenceEncoderMixin:
         self.eval()
         try:
             with torch.inference_mode():  # as sentence-transformers: no autograd bookkeeping at all
+                if getattr(self.config, "document_window", None) is not None:
+                    result = self._encode_documents(
+                        inputs,
+                        tokenizer,
+                        max_length,
+                        batch_size,
+                        label_index,
+                        normalize_embeddings,
+                        output_device,
+                    )
+                    return _as_returned(result, single=single, keep_on_device=keep_on_device)
                 result = self._encode_in_sorted_batches(
                     inputs,
                     tokenizer,
@@ -160,6 +172,29 @@ class SentenceEncoderMixin:
                     progress.update(len(rows))
         finally:
             progress.close()
+        return result
+
+    def _encode_documents(
+        self, inputs, tokenizer, max_length, batch_size, label_index, normalize, output_device
+    ):
+        """Document mode: one vector per text, every window read (``document_encoding.py``); ``batch_size`` counts
+        windows."""
+        if max_length is not None:
+            raise ValueError(
+                f"max_length={max_length}: a model in document mode reads the whole text in windows of "
+                f"document_window={self.config.document_window} tokens; set model.config.document_window instead."
+            )
+        result = encode_documents(
+            self,
+            inputs,
+            tokenizer,
+            batch_size=batch_size,
+            label_index=label_index,
+            normalize=normalize,
+            output_device=output_device,
+        )
+        if result is None:
+            result = torch.empty((0, *self._embedding_shape(label_index)), device=output_device)
         return result
 
     def similarity(self, embeddings, other_embeddings, similarity_fn: str = "cosine") -> torch.Tensor:

@@ -33,6 +33,7 @@ from .backbone import input_embeddings_of
 from .backbone_runner import FLAT_BATCH, BackboneCall, BackboneRunner
 from .checkpoint_loading import CheckpointLoading, read_tokenizer_settings
 from .configuration_pooled import PooledConfig
+from .document_settings import check_window_fits
 from .encoding import SentenceEncoderMixin
 from .engines import refuse_engine_backend
 from .heads import HEADS, LabelTextHead, LabelTokenHead, multi_sample_logits
@@ -46,11 +47,19 @@ from .problem_types import infer_problem_type
 from .targets import as_label_tensor, check_labels
 from .text_config import text_config_of
 from .text_length import text_length
+from .window_pooling import WindowPooler, build_document_pooler
 
 # The settings that choose a model's modules; the others are settings of the chosen ones.
 CHOSEN = ("pooling", "classifier_head", "num_labels")
 # Modules that initialise their own plain parameters with init_parameters(config, input_embeddings).
-INITIALISED_BY_THEMSELVES = (Pooler, LabelEmbeddings, LabelMarker, LabelTokenHead, LabelTextHead)
+INITIALISED_BY_THEMSELVES = (
+    Pooler,
+    LabelEmbeddings,
+    LabelMarker,
+    LabelTokenHead,
+    LabelTextHead,
+    WindowPooler,
+)
 # Keywords of a forward that carry labels given as text at call time (the open label set of pooling="label_text").
 LABEL_TEXT_INPUTS = ("label_input_ids", "label_attention_mask")
 # The inputs _model_inputs names itself (the rest of a forward's keywords pass through).
@@ -251,10 +260,12 @@ class PooledPreTrainedModel(CheckpointLoading, BackboneRunner, PreTrainedModel):
         """The pooled vectors of a batch, ``[batch, pooler.output_dim]`` (``[batch, num_labels, hidden]`` for label
         tokens and label text): what ``PooledModel`` returns as ``pooler_output``, also from a classifier (before its
         head)."""
+        document_windows = kwargs.pop("document_windows", None)
         inputs = self._model_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, None, kwargs
         )
-        return self.pooler.public_output(self.pooler.encode(self._backbone_call(inputs), inputs, False)[1])
+        pooled = self.pooler.encode(self._backbone_call(inputs), inputs, False)[1]
+        return self.pooler.public_output(self.document_pooler(pooled, document_windows))
 
 
 # 0.1 saved label embeddings as a parameter of the pooler (now the weight of a module of their own) and named the
@@ -275,6 +286,7 @@ class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
     # has no use for.
     _legacy_key_mapping = {
         r"^classifier\.pooler\.": "pooler.",
+        r"^classifier\.document_pooler\.": "document_pooler.",
         r"^pooled\.backbone\.": "backbone.",
         r"^pooled\.pooler\.": "pooler.",
         **_POOLER_KEYS_0_1,
@@ -291,6 +303,9 @@ class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
         self.pooler = build_pooler(config)
         self.pooler.check_backbone(self.backbone, self.position_budget)
         self.pooler.connect(self)
+        # Document mode (window_pooling.py): the windows' vectors pooled into one per document.
+        self.document_pooler = build_document_pooler(config, self.pooler.output_dim)
+        check_window_fits(config, self.position_budget, self.pooler.added_tokens)
         self._remember_structure()
         self.post_init()
 
@@ -309,8 +324,11 @@ class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
         r"""
         Returns `pooler_output` of shape `[batch, pooler.output_dim]`; for `pooling="label_tokens"` it is each
         label's final hidden state, `[batch, num_labels, hidden_size]`, and `last_hidden_state` / `hidden_states`
-        are those of the sequences with the label tokens inserted (one row per text and label group).
+        are those of the sequences with the label tokens inserted (one row per text and label group). In document
+        mode the rows are windows, `document_windows` `[documents, max_windows]` says whose (documents.py), and
+        `pooler_output` holds one vector per document; the hidden states stay per window.
         """
+        document_windows = kwargs.pop("document_windows", None)
         inputs = self._model_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions, kwargs
         )
@@ -319,7 +337,7 @@ class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
         outputs, pooled = self.pooler.encode(self._backbone_call(inputs), inputs, output_hidden_states)
         return BaseModelOutputWithPooling(
             last_hidden_state=outputs.last_hidden_state,
-            pooler_output=self.pooler.public_output(pooled),
+            pooler_output=self.pooler.public_output(self.document_pooler(pooled, document_windows)),
             hidden_states=hidden_states_for_caller(outputs.hidden_states, output_hidden_states),
             attentions=getattr(outputs, "attentions", None),
         )
@@ -334,12 +352,21 @@ class PooledClassifier(nn.Module):
     def __init__(self, config: PooledConfig):
         super().__init__()
         self.pooler = build_pooler(config)
+        # Under the classifier, so that PEFT's SEQ_CLS task trains and saves it with the pooler and the head.
+        self.document_pooler = build_document_pooler(config, self.pooler.output_dim)
         head_class = self.pooler.head_class or HEADS.lookup(config.classifier_head)
         self.head = head_class(config, self.pooler.output_dim)
         self.dropout_samples = config.classifier_dropout_samples
 
-    def forward(self, call: BackboneCall, inputs: dict[str, Any], output_hidden_states: bool):
+    def forward(
+        self,
+        call: BackboneCall,
+        inputs: dict[str, Any],
+        output_hidden_states: bool,
+        document_windows: torch.Tensor | None = None,
+    ):
         outputs, pooled = self.pooler.encode(call, inputs, output_hidden_states)
+        pooled = self.document_pooler(pooled, document_windows)
         return outputs, pooled, self.logits(pooled)
 
     def logits(self, pooled: torch.Tensor) -> torch.Tensor:
@@ -353,8 +380,9 @@ class PooledForSequenceClassification(SentenceEncoderMixin, PooledPreTrainedMode
     _legacy_key_mapping = {
         r"^pooled\.backbone\.": "backbone.",
         r"^pooled\.pooler\.": "classifier.pooler.",
-        r"^classifier\.(?!pooler\.|head\.)": "classifier.head.",  # 0.1: the head itself was the classifier
+        r"^classifier\.(?!pooler\.|head\.|document_pooler\.)": "classifier.head.",  # 0.1: the head was the classifier
         r"^pooler\.": "classifier.pooler.",  # a PooledModel checkpoint: its pooler, with a new head
+        r"^document_pooler\.": "classifier.document_pooler.",
         **_POOLER_KEYS_0_1,
     }
     takes_flat_batches = True
@@ -366,12 +394,17 @@ class PooledForSequenceClassification(SentenceEncoderMixin, PooledPreTrainedMode
         self.classifier = PooledClassifier(config)
         self.classifier.pooler.check_backbone(self.backbone, self.position_budget)
         self.classifier.pooler.connect(self)
+        check_window_fits(config, self.position_budget, self.pooler.added_tokens)
         self._remember_structure()
         self.post_init()
 
     @property
     def pooler(self) -> Pooler:
         return self.classifier.pooler
+
+    @property
+    def document_pooler(self) -> nn.Module:
+        return self.classifier.document_pooler
 
     def head_parameters(self) -> list[nn.Parameter]:
         """The pooler's and the head's parameters: those ``from_backbone`` initialises at random, which train
@@ -391,12 +424,19 @@ class PooledForSequenceClassification(SentenceEncoderMixin, PooledPreTrainedMode
         output_attentions: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput:
+        r"""
+        In document mode the rows are windows and `document_windows` `[documents, max_windows]` says whose
+        (documents.py): the logits and the loss are one per document.
+        """
+        document_windows = kwargs.pop("document_windows", None)
         inputs = self._model_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions, kwargs
         )
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        outputs, _, logits = self.classifier(self._backbone_call(inputs), inputs, output_hidden_states)
+        outputs, _, logits = self.classifier(
+            self._backbone_call(inputs), inputs, output_hidden_states, document_windows
+        )
         loss = None
         if labels is not None:
             labels = as_label_tensor(labels)

@@ -53,6 +53,12 @@ class TokenClassifier(nn.Module):
 
 def check_token_config(config: PooledConfig) -> None:
     """A token classifier is single-label per token and reads the text's own tokens."""
+    if getattr(config, "document_window", None) is not None:
+        raise ValueError(
+            f"document_window={config.document_window!r}: document mode pools a document's windows into one vector "
+            "for a sequence head; a token classifier labels every token, so it has no document mode. Leave "
+            "document_window unset (None) for PooledForTokenClassification."
+        )
     if config.pooling in INPUT_EDITING_POOLINGS:
         raise ValueError(
             f"pooling={config.pooling!r} inserts tokens into every input; a token classifier labels the text's own "

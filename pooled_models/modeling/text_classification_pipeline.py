@@ -13,6 +13,10 @@ transformers' pipeline that keeps transformers' behaviour for every other model 
 ``truncation=True, max_length=model.max_text_length(tokenizer)`` unless the caller gives ``truncation`` or
 ``max_length`` (at ``pipeline(...)`` or at the call): the length every other path cuts at (``text_length.py``).
 
+A model in document mode (``document_window`` set, ``documents.py``) reads the whole text instead: the text is cut
+into the model's windows, and the pipeline's batches (``batch_size``) hold whole documents, their windows in one flat
+batch with the layout the model pools them by.
+
 ``import pooled_models`` registers it (``register_text_classification_pipeline``), where the package registers its
 Auto classes; a checkpoint loaded with ``trust_remote_code=True`` where the package is absent names it in config.json's
 ``custom_pipelines`` and saves this file next to it (``pipeline_reference.py``).
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 from transformers.pipelines.text_classification import TextClassificationPipeline
 
+from .documents import document_batch, tokenize_documents
 from .pipeline_reference import TEXT_CLASSIFICATION as TASK
 from .pipeline_registration import replace_task_class
 
@@ -38,9 +43,39 @@ class PooledTextClassificationPipeline(TextClassificationPipeline):
         super().__init__(**kwargs)
         length_of = getattr(self.model, "max_text_length", None)  # a pooled model's (modeling_pooled.py)
         length = length_of(self.tokenizer) if callable(length_of) else None
-        if length is not None:
+        self.reads_documents = getattr(self.model.config, "document_window", None) is not None
+        if length is not None and not self.reads_documents:
             # Defaults under the caller's keywords (given here or at a call, which the pipeline merges over these).
             self._preprocess_params = {"truncation": True, "max_length": length, **self._preprocess_params}
+
+    def preprocess(self, inputs, **tokenizer_kwargs):
+        if not self.reads_documents:
+            return super().preprocess(inputs, **tokenizer_kwargs)
+        if not isinstance(inputs, str):
+            raise ValueError(
+                f"A model in document mode (document_window={self.model.config.document_window}) classifies single "
+                f"texts, not {type(inputs).__name__}s (text pairs are not read in windows)."
+            )
+        config = self.model.config
+        windows = tokenize_documents(self.tokenizer, [inputs], config.document_window, config.document_stride)
+        return {"document": Document({name: values[0] for name, values in windows.items()})}
+
+    def _forward(self, model_inputs):
+        if not self.reads_documents:
+            return super()._forward(model_inputs)
+        documents = model_inputs["document"]  # one Document, or a list of them when the pipeline batches
+        documents = documents if isinstance(documents, list) else [documents]
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        batch = document_batch([document.windows for document in documents], pad_id)
+        return self.model(**{name: tensor.to(self.device) for name, tensor in batch.items()})
+
+
+class Document:
+    """One text's windows through the pipeline's batching: not a tensor, so the pipeline's collation lists the batch's
+    documents instead of padding them as one-row tensors."""
+
+    def __init__(self, windows: dict[str, list[list[int]]]):
+        self.windows = windows
 
 
 def register_text_classification_pipeline() -> None:

@@ -142,7 +142,7 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
         training_args,
         [
             describe_model(model, source.base_model, parameters),
-            describe_length(max_length, origin),
+            *([] if documents.on else [describe_length(max_length, origin)]),
             *document_lines(tasks, documents, training_args, window_budget),
             layout,
         ],

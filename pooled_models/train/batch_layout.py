@@ -113,7 +113,11 @@ def _attention_dropout(model) -> str | None:
 
 
 def collator_for(
-    padding_free: bool, tokenizer, kinds: dict[str, str], pad_to_multiple_of: int | None, documents: bool = False
+    padding_free: bool,
+    tokenizer,
+    kinds: dict[str, str],
+    pad_to_multiple_of: int | None,
+    documents: bool = False,
 ):
     """The run's data collator: padding-free batches, document mode's windows, or each task's padded rows."""
     if documents:

@@ -201,7 +201,9 @@ def _tokenize(
 def _document_mode(plan: RunPlan, tasks, tokenizer, model_args, data_args) -> DocumentMode:
     """Whether the run reads whole documents in windows (data/documents.py), decided before the model is built."""
     args = plan.trainer_args
-    if plan.model_factory is not None:  # the sweep's vanilla baseline: a model of transformers' own, one window
+    if (
+        plan.model_factory is not None
+    ):  # the sweep's vanilla baseline: a model of transformers' own, one window
         if args.document_mode == "true":
             raise UsageError("--document_mode true: a model factory's model reads one window; leave it out.")
         return DocumentMode(False, "off: the model factory's model reads one window")

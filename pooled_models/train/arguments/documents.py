@@ -87,7 +87,9 @@ def check_document_arguments(args) -> None:
     if isinstance(mode, bool):  # a YAML file says true/false without quotes
         args.document_mode = mode = "true" if mode else "false"
     if mode not in DOCUMENT_MODE_CHOICES:
-        raise UsageError(f"Unknown document_mode {mode!r}. Valid choices: {', '.join(DOCUMENT_MODE_CHOICES)}.")
+        raise UsageError(
+            f"Unknown document_mode {mode!r}. Valid choices: {', '.join(DOCUMENT_MODE_CHOICES)}."
+        )
     if args.window_keeping not in WINDOW_KEEPING:
         raise UsageError(
             f"Unknown window_keeping {args.window_keeping!r}. Valid choices: {', '.join(WINDOW_KEEPING)}."

@@ -87,7 +87,9 @@ def long_share(texts: list[str], tokenizer, window: int, seed: int = 0) -> float
     return sum(length > window for length in lengths) / len(lengths)
 
 
-def choose_document_mode(args, settings: dict[str, Any], saved, tasks, tokenizer, window: int) -> DocumentMode:
+def choose_document_mode(
+    args, settings: dict[str, Any], saved, tasks, tokenizer, window: int
+) -> DocumentMode:
     """Document mode on or off for this run (``args``: the training arguments; ``settings``: the model settings the
     user chose; ``saved``: the config of the model the run starts from, or None; ``window``: the run's length)."""
     mode = args.document_mode
@@ -105,7 +107,9 @@ def choose_document_mode(args, settings: dict[str, Any], saved, tasks, tokenizer
                     "settings cannot change. Start from its backbone (--document_mode true --document_window N)."
                 )
             return DocumentMode(False, "off: the model was saved without document mode")
-        return DocumentMode(True, "on: the model was saved in document mode", saved_window, saved.document_stride)
+        return DocumentMode(
+            True, "on: the model was saved in document mode", saved_window, saved.document_stride
+        )
     given = [name for name in DOCUMENT_MODEL_SETTINGS if settings.get(name) is not None]
     if mode == "false":
         if given:
@@ -160,14 +164,24 @@ def tokenize_windows(
     target as ``labels``. A text of special tokens only has no window: refused, naming its row."""
 
     source = split.source  # the closure is hashed for the cache: the source's name, not the split
+    special = set(tokenizer.all_special_ids)
 
     def encode(batch, indices):
         texts = batch[text_column]
         try:
-            return tokenize_documents(tokenizer, texts, window, stride, max_windows, keep)
-        except ValueError:
-            _refuse_empty(source, tokenizer, text_column, texts, indices)
-            raise
+            documents = tokenize_documents(tokenizer, texts, window, stride, max_windows, keep)
+        except (
+            ValueError
+        ) as error:  # an empty text (named below), or a stride the window's text tokens cannot take
+            for position, text in enumerate(texts):
+                if not tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]:
+                    raise _no_token(source, text_column, indices[position], text) from error
+            raise UsageError(str(error)) from error
+        for position, windows in enumerate(documents["input_ids"]):
+            # "[CLS] [SEP]" typed as text tokenizes to the special tokens themselves: nothing to read either.
+            if all(token in special for ids in windows for token in ids):
+                raise _no_token(source, text_column, indices[position], texts[position])
+        return documents
 
     encoded = split.dataset.map(
         encode,
@@ -182,15 +196,11 @@ def tokenize_windows(
     split.encoded = encoded
 
 
-def _refuse_empty(source: str, tokenizer, column: str, texts: list[str], indices: list[int]) -> None:
-    for text, row in zip(texts, indices, strict=True):
-        ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
-        if not ids:
-            raise DataError(
-                f"{where(source, column, row)}: the text has no token besides the tokenizer's special tokens "
-                f"({text[:40]!r}): document mode reads a document's windows, and it has none. Remove the row or "
-                "give it text."
-            )
+def _no_token(source: str, column: str, row: int, text: str) -> DataError:
+    return DataError(
+        f"{where(source, column, row)}: the text has no token besides the tokenizer's special tokens ({text[:40]!r}): "
+        "document mode reads a document's windows, and it has none. Remove the row or give it text."
+    )
 
 
 def window_counts(rows) -> list[int]:
@@ -274,7 +284,9 @@ def document_card_rows(documents: DocumentMode, args, window_budget: int | None,
     }
     if args.do_train:
         capped = args.max_windows_per_document
-        rows["windows per training document"] = f"at most {capped} ({args.window_keeping})" if capped else "all"
+        rows["windows per training document"] = (
+            f"at most {capped} ({args.window_keeping})" if capped else "all"
+        )
         rows["windows per training batch"] = f"at most {window_budget}"
     read = "all" if args.eval_max_windows is None else f"the first {args.eval_max_windows}"
     rows["windows read in evaluation and prediction"] = read

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import json
 import os
 import shlex
@@ -234,7 +235,7 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--epochs", type=float, default=2, help="training epochs, the same for every arm")
     parser.add_argument("--batch-size", type=int, default=16, help="training batch size (documents)")
-    parser.add_argument("--per-section", type=int, default=150, help="manual pages per section")
+    parser.add_argument("--per-section", type=int, default=80, help="manual pages per section")
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the corpus' draw and split")
     parser.add_argument(
         "--data", type=Path, default=None, help="a folder of train/validation/test.csv instead"
@@ -256,15 +257,12 @@ def main(argv=None) -> None:
     if args.timing_only:
         return
     with tempfile.TemporaryDirectory(prefix="long_documents_") as temporary:
-        report = accuracy_report(args, Path(temporary))
-    report["command"] = command
-    report = merged_with_stored(report, args.output / "report.json")
-    (args.output / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.output / "report.md").write_text(render(report))
+        report = accuracy_report(args, Path(temporary), command)
     print(render(report))
 
 
-def accuracy_report(args, work: Path) -> dict:
+def accuracy_report(args, work: Path, command: str) -> dict:
+    """Every arm and seed run, each run stored in the report as soon as it ends (report.json and report.md)."""
     rows, folders, lengths = corpus(args, work)
     long = [n > args.window for n in lengths["test"]]
     gold = [row["label"] for row in rows["test"]]
@@ -272,34 +270,41 @@ def accuracy_report(args, work: Path) -> dict:
         "settings": {k: str(v) for k, v in vars(args).items()},
         "corpus": describe_corpus(rows, lengths, args.window),
     }
-    report["arms"] = {}
     for arm in args.arms:
-        runs = []
         for seed in [0] if arm == TFIDF else args.seeds:  # no seed changes TF-IDF + logistic regression
             predicted, metrics = run_arm(arm, rows, folders, seed, work, args)
-            runs.append(
-                {"seed": seed, "seconds": metrics["seconds"], "scores": scores(gold, predicted, long)}
-            )
-            print(f"{arm} seed {seed}: {runs[-1]['scores']}", flush=True)
-        report["arms"][arm] = {"runs": runs, "summary": summarise(runs)}
-        partial = args.output / "report.partial.json"
-        partial.write_text(json.dumps(report, indent=1) + "\n")
+            run = {"seed": seed, "seconds": metrics["seconds"], "scores": scores(gold, predicted, long)}
+            print(f"{arm} seed {seed}: {run['scores']}", flush=True)
+            one = {**report, "command": command, "arms": {arm: {"runs": [run], "summary": summarise([run])}}}
+            report = merged_with_stored(one, args.output / "report.json")
+            (args.output / "report.md").write_text(render(report))
     return report
 
 
 def merged_with_stored(report: dict, path: Path) -> dict:
-    """The stored report's other arms kept when its settings are these (arms run in several invocations), so one
-    table holds them; the commands of every invocation are listed."""
-    if not path.exists():
-        report["commands"] = [report["command"]]
-        return report
-    stored = json.loads(path.read_text())
-    if any(stored["settings"].get(key) != report["settings"][key] for key in SAME_CORPUS_AND_TRAINING):
-        report["commands"] = [report["command"]]
-        return report
-    arms = {**stored["arms"], **report["arms"]}
-    report["arms"] = {arm: arms[arm] for arm in ARMS if arm in arms}
-    report["commands"] = [*stored.get("commands", [stored["command"]]), report["command"]]
+    """The stored report's runs kept where this invocation did not run them, when its corpus and training settings
+    are these: arms (and seeds of an arm) run in several invocations make one table; every command is listed. The
+    read and the write hold a lock, so invocations running side by side do not lose each other's runs."""
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stored = json.loads(path.read_text()) if path.exists() else None
+        if stored is None or any(
+            stored["settings"].get(key) != report["settings"][key] for key in SAME_CORPUS_AND_TRAINING
+        ):
+            report["commands"] = [report["command"]]
+        else:
+            for arm, result in stored["arms"].items():
+                new = report["arms"].get(arm, {"runs": []})["runs"]
+                seeds = {run["seed"] for run in new}
+                runs = sorted(
+                    [*(run for run in result["runs"] if run["seed"] not in seeds), *new],
+                    key=lambda r: r["seed"],
+                )
+                report["arms"][arm] = {"runs": runs, "summary": summarise(runs)}
+            report["arms"] = {arm: report["arms"][arm] for arm in ARMS if arm in report["arms"]}
+            commands = stored["commands"]
+            report["commands"] = commands + ([report["command"]] if report["command"] not in commands else [])
+        path.write_text(json.dumps(report, indent=1) + "\n")
     return report
 
 
@@ -316,19 +321,21 @@ def render(report: dict) -> str:
         f"than 512: {corpus_['share_over_512']:.0%}. Long = more than {window} tokens: "
         f"{corpus_['long_test_documents']} of {corpus_['documents']['test']} test documents.",
         "",
-        f"Epochs {report['settings']['epochs']}, batch size {report['settings']['batch_size']}, seeds "
-        f"{report['settings']['seeds']}; mean ± sd over seeds. Seconds: train.py's whole run (train and predict) on a "
+        f"Epochs {report['settings']['epochs']}, batch size {report['settings']['batch_size']}; mean ± sd over "
+        "the seeds (0, 1, 2, ... as many as the column says). Seconds: train.py's whole run (train and predict) on a "
         "shared 2-core machine, not comparable between arms run under different load.",
         "",
-        "| arm | accuracy | macro-F1 | long: accuracy | long: macro-F1 | short: accuracy | short: macro-F1 | seconds |",
-        "|---|---|---|---|---|---|---|---|",
+        "| arm | seeds | accuracy | macro-F1 | long: accuracy | long: macro-F1 | short: accuracy | short: macro-F1 "
+        "| seconds |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, result in report["arms"].items():
         s = result["summary"]
         cells = [f"{s[key]['mean']:.3f} ± {s[key]['sd']:.3f}" for key in (
             "all_accuracy", "all_f1_macro", "long_accuracy", "long_f1_macro", "short_accuracy", "short_f1_macro"
         )]  # fmt: skip
-        lines.append(f"| {arm} | {' | '.join(cells)} | {s['seconds']['mean']:.0f} |")
+        seeds = len(result["runs"])
+        lines.append(f"| {arm} | {seeds} | {' | '.join(cells)} | {s['seconds']['mean']:.0f} |")
     return "\n".join(lines) + "\n"
 
 

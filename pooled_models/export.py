@@ -7,6 +7,10 @@ sequence or token classifier, ``<task>_logits`` for every task of a multi-task m
 included: nothing in a pooled model's forward depends on data in a way an exported graph cannot hold. The file is
 checked with onnxruntime against PyTorch, on the sample and on batches of other shapes, before it is returned.
 
+A model in document mode (``document_window`` set) exports whole: the windows' encoder and the cross-window pooling
+in one graph, with one more input, ``document_windows`` ``[documents, max_windows]`` (both dynamic), the layout
+``DocumentCollator`` builds: the rows of ``input_ids`` are the batch's windows, the outputs are one per document.
+
 Needs the ``[onnx]`` extra (onnx, onnxscript, onnxruntime).
 """
 
@@ -17,6 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .modeling.documents import document_windows_from
 from .modeling.modeling_multitask import PooledForMultiTask
 from .modeling.modeling_pooled import PooledForSequenceClassification, PooledPreTrainedModel
 from .modeling.modeling_token import PooledForTokenClassification
@@ -30,7 +35,9 @@ class _Exported(nn.Module):
     def __init__(self, model: PooledPreTrainedModel, with_token_types: bool):
         super().__init__()
         self.model = model
-        self.with_token_types = with_token_types
+        self.input_names = ["input_ids", "attention_mask"] + (["token_type_ids"] if with_token_types else [])
+        if getattr(model.config, "document_window", None) is not None:
+            self.input_names.append("document_windows")
         if isinstance(model, PooledForMultiTask):
             self.output_names = [f"{task}_logits" for task in model.config.tasks]
         elif isinstance(model, (PooledForSequenceClassification, PooledForTokenClassification)):
@@ -38,10 +45,8 @@ class _Exported(nn.Module):
         else:
             self.output_names = ["embeddings"]
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None):
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if self.with_token_types:
-            inputs["token_type_ids"] = token_type_ids
+    def forward(self, *tensors):
+        inputs = dict(zip(self.input_names, tensors, strict=True))
         if isinstance(self.model, PooledForMultiTask):
             outputs = self.model(**inputs)  # every head from one call, as inference wants them
             return tuple(outputs[task].logits for task in self.model.config.tasks)
@@ -61,7 +66,12 @@ def _sample_batch(
     if batch > 1:
         mask[1, length // 2 :] = 0
         ids[1, length // 2 :] = model.pad_token_id
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    sample = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    if getattr(model.config, "document_window", None) is not None:
+        # The windows as documents of 2, 1, 2... windows (the last one cut to fit): a padded layout from 2 documents on.
+        owners = [document for document in range(batch) for _ in range(2 - document % 2)][:batch]
+        sample["document_windows"] = document_windows_from(owners)
+    return sample
 
 
 def export_onnx(
@@ -85,11 +95,15 @@ def export_onnx(
     path = Path(path)
     model = model.eval()
     with_token_types = "token_type_ids" in model._backbone_takes
-    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if with_token_types else [])
     sample = sample or _sample_batch(model, batch=2, length=16, seed=0)
     # The wrapper in eval mode too: torch warns about exporting a module in training mode.
     exported = _Exported(model, with_token_types).eval()
+    names = exported.input_names
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    layout = {0: torch.export.Dim("documents"), 1: torch.export.Dim("windows")}
+    dynamic_shapes = tuple(
+        layout if name == "document_windows" else {0: batch, 1: sequence} for name in names
+    )
     arguments = tuple(sample.get(name, torch.zeros_like(sample["input_ids"])) for name in names)
     with torch.no_grad():
         torch.onnx.export(
@@ -98,7 +112,7 @@ def export_onnx(
             str(path),
             input_names=names,
             output_names=exported.output_names,
-            dynamic_shapes={name: {0: batch, 1: sequence} for name in names},
+            dynamic_shapes=(dynamic_shapes,),  # forward(*tensors): one argument, a tuple
             opset_version=opset_version,
             dynamo=True,
             verbose=False,
@@ -108,7 +122,7 @@ def export_onnx(
             exported,
             path,
             names,
-            [sample, _sample_batch(model, 3, 23, 1), _sample_batch(model, 1, 7, 2)],
+            [sample, _sample_batch(model, 4, 23, 1), _sample_batch(model, 1, 7, 2)],
             atol,
         )
     return path

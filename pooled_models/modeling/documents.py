@@ -29,6 +29,7 @@ __all__ = [
     "DocumentCollator",
     "document_windows_from",
     "document_batch",
+    "WindowedText",
 ]
 
 # Which windows a document capped at max_windows keeps: its first ones, its first and last ones, or ones spread
@@ -94,13 +95,14 @@ def tokenize_documents(
     encoded = _overflowing(tokenizer, list(texts), window, stride)
     names = [name for name in WINDOW_INPUTS if name in encoded]
     documents: dict[str, list[list[list[int]]]] = {name: [[] for _ in texts] for name in names}
+    special = set(
+        tokenizer.all_special_ids
+    )  # "[SEP]" written in a text is tokenized as the special token itself
     real_tokens = [0] * len(texts)
     for row, text_index in enumerate(encoded["overflow_to_sample_mapping"]):
         for name in names:
             documents[name][text_index].append(list(encoded[name][row]))
-        real_tokens[text_index] += len(encoded["special_tokens_mask"][row]) - sum(
-            encoded["special_tokens_mask"][row]
-        )
+        real_tokens[text_index] += sum(token not in special for token in encoded["input_ids"][row])
     for index, count in enumerate(real_tokens):
         if count == 0:
             raise ValueError(
@@ -125,7 +127,6 @@ def _overflowing(tokenizer, texts: list[str], window: int, stride: int):
             truncation=True,
             stride=stride,
             return_overflowing_tokens=True,
-            return_special_tokens_mask=True,
             return_attention_mask=False,
             padding=False,
         )
@@ -244,3 +245,27 @@ class DocumentCollator:
             labels = [feature[label_key] for feature in features]
             batch["labels"] = torch.stack(labels) if torch.is_tensor(labels[0]) else torch.tensor(labels)
         return batch
+
+
+class WindowedText:
+    """One text's windows on their way through a pipeline's batching: not a tensor, so that transformers' collation
+    lists a batch's documents (it would pad tensors as one-row inputs) and the pipeline's forward builds their flat
+    batch (:meth:`batch`)."""
+
+    def __init__(self, windows: dict[str, list[list[int]]]):
+        self.windows = windows
+
+    @classmethod
+    def of(cls, text: str, tokenizer, config) -> WindowedText:
+        windows = tokenize_documents(tokenizer, [text], config.document_window, config.document_stride)
+        return cls({name: values[0] for name, values in windows.items()})
+
+    @staticmethod
+    def batch(documents, pad_token_id: int | None, device) -> dict[str, torch.Tensor]:
+        """The flat batch of one ``WindowedText`` or a list of them (what the pipeline's collation gives), on
+        ``device``."""
+        documents = documents if isinstance(documents, list) else [documents]
+        batch = document_batch(
+            [document.windows for document in documents], 0 if pad_token_id is None else pad_token_id
+        )
+        return {name: tensor.to(device) for name, tensor in batch.items()}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from transformers.pipelines.text_classification import TextClassificationPipeline
 
-from .documents import document_batch, tokenize_documents
+from .documents import WindowedText
 from .pipeline_reference import TEXT_CLASSIFICATION as TASK
 from .pipeline_registration import replace_task_class
 
@@ -56,26 +56,13 @@ class PooledTextClassificationPipeline(TextClassificationPipeline):
                 f"A model in document mode (document_window={self.model.config.document_window}) classifies single "
                 f"texts, not {type(inputs).__name__}s (text pairs are not read in windows)."
             )
-        config = self.model.config
-        windows = tokenize_documents(self.tokenizer, [inputs], config.document_window, config.document_stride)
-        return {"document": Document({name: values[0] for name, values in windows.items()})}
+        return {"document": WindowedText.of(inputs, self.tokenizer, self.model.config)}
 
     def _forward(self, model_inputs):
         if not self.reads_documents:
             return super()._forward(model_inputs)
-        documents = model_inputs["document"]  # one Document, or a list of them when the pipeline batches
-        documents = documents if isinstance(documents, list) else [documents]
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        batch = document_batch([document.windows for document in documents], pad_id)
-        return self.model(**{name: tensor.to(self.device) for name, tensor in batch.items()})
-
-
-class Document:
-    """One text's windows through the pipeline's batching: not a tensor, so the pipeline's collation lists the batch's
-    documents instead of padding them as one-row tensors."""
-
-    def __init__(self, windows: dict[str, list[list[int]]]):
-        self.windows = windows
+        batch = WindowedText.batch(model_inputs["document"], self.tokenizer.pad_token_id, self.device)
+        return self.model(**batch)
 
 
 def register_text_classification_pipeline() -> None:

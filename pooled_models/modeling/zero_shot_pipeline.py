@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from transformers.pipelines.zero_shot_classification import ZeroShotClassificationPipeline
 
+from .documents import WindowedText
 from .label_text import label_text_token_ids, pad_label_ids
 from .pipeline_reference import ZERO_SHOT as TASK
 from .pipeline_registration import replace_task_class
@@ -102,15 +103,24 @@ class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):  # named by pip
         if not candidate_labels:
             raise ValueError("You must include at least one label and at least one sequence.")
         text = inputs[0] if isinstance(inputs, list) and len(inputs) == 1 else inputs
-        # cut at the model's length, as every other path (text_length.py)
-        length = self.model.max_text_length(self.tokenizer)
-        encoded = self.tokenizer(text, return_tensors="pt", truncation=length is not None, max_length=length)
+        if (
+            getattr(self.model.config, "document_window", None) is not None
+        ):  # document mode: every window read
+            encoded = {"document": WindowedText.of(text, self.tokenizer, self.model.config)}
+        else:  # cut at the model's length, as every other path (text_length.py)
+            length = self.model.max_text_length(self.tokenizer)
+            encoded = self.tokenizer(
+                text, return_tensors="pt", truncation=length is not None, max_length=length
+            )
         yield {"candidate_labels": list(candidate_labels), "sequence": text, "is_last": True, **encoded}
 
     def _forward(self, inputs, label_input_ids=None, label_attention_mask=None, columns=None):
         if not reads_label_texts(self.model):
             return super()._forward(inputs)
-        model_inputs = {name: inputs[name] for name in self.tokenizer.model_input_names if name in inputs}
+        if "document" in inputs:
+            model_inputs = WindowedText.batch(inputs["document"], self.tokenizer.pad_token_id, self.device)
+        else:
+            model_inputs = {name: inputs[name] for name in self.tokenizer.model_input_names if name in inputs}
         if columns is None:
             model_inputs.update(label_input_ids=label_input_ids, label_attention_mask=label_attention_mask)
         logits = self.model(**model_inputs).logits

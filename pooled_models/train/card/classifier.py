@@ -11,6 +11,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCardData
 
+from ...modeling.document_settings import document_structure
 from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ...modeling.registry import MULTI_LABEL_LOSSES, POOLINGS
 from ...thresholds import DEFAULT_THRESHOLD
@@ -123,10 +124,20 @@ def _on_hub(name: str | None) -> bool:
 def _pooling_settings(config) -> dict[str, Any]:
     options = POOLINGS.lookup(config.pooling).options_for(config)
     # Long values (the label-token pooling's token ids of every label name) are left to config.json.
-    return {
+    settings = {
         name: value if len(repr(value)) <= 60 else "(see config.json)"
         for name, value in ((name, getattr(config, name)) for name in sorted(options))
     }
+    return {**settings, **_document_settings(config)}
+
+
+def _document_settings(config) -> dict[str, Any]:
+    """Document mode's settings (the window, the stride, the cross-window pooling and its own), as rows of the
+    pooling's table: how the model reads a text longer than a window. Empty outside document mode."""
+    if getattr(config, "document_window", None) is None:
+        return {}
+    names = ("document_window", "document_stride", "document_pooling", *document_structure(config))
+    return {name: getattr(config, name) for name in dict.fromkeys(names) if getattr(config, name) is not None}
 
 
 def _head_description(task: TaskCard) -> str:

@@ -164,7 +164,7 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
-    document_rows = document_card_rows(documents, plan.trainer_args, window_budget, model.config)
+    document_rows = document_card_rows(documents, plan.trainer_args, window_budget)
     return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, document_rows)
 
 

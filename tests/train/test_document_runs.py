@@ -96,7 +96,7 @@ def test_a_document_run_saves_a_document_model_that_reads_every_window(
         "mean",
     )
     card = (folder / "README.md").read_text()
-    assert "| window | 16 tokens, 4 shared by consecutive windows |" in card
+    assert "| document mode | on (--document_window 16) |" in card and "| `document_window` | `16` |" in card
     assert "| windows per training document | at most 3 (start_end) |" in card
     # The window budget bounds every training batch, documents capped at 3 windows; prediction batches hold up to
     # per_device_eval_batch_size windows, a longer document alone (every window read).

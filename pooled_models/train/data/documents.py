@@ -174,7 +174,7 @@ def tokenize_windows(
             ValueError
         ) as error:  # an empty text (named below), or a stride the window's text tokens cannot take
             for position, text in enumerate(texts):
-                if not tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]:
+                if set(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]) <= special:
                     raise _no_token(source, text_column, indices[position], text) from error
             raise UsageError(str(error)) from error
         for position, windows in enumerate(documents["input_ids"]):
@@ -273,15 +273,13 @@ def document_lines(tasks, documents: DocumentMode, args, window_budget: int | No
     return [line + f"; evaluation and prediction read {read} of a document"]
 
 
-def document_card_rows(documents: DocumentMode, args, window_budget: int | None, config) -> dict[str, Any]:
-    """The model card's "Training settings" rows of document mode: on or off and why, and (on) the windows."""
+def document_card_rows(documents: DocumentMode, args, window_budget: int | None) -> dict[str, Any]:
+    """The model card's "Training settings" rows of document mode: on or off and why, and (on) how many windows
+    training and evaluation read (the window, stride and cross-window pooling are rows of the card's pooling table,
+    card/classifier.py)."""
     if not documents.on:
         return {"document mode": documents.reason} if documents.long_share is not None else {}
-    rows: dict[str, Any] = {
-        "document mode": documents.reason,
-        "window": f"{config.document_window} tokens, {config.document_stride} shared by consecutive windows",
-        "cross-window pooling": config.document_pooling,
-    }
+    rows: dict[str, Any] = {"document mode": documents.reason}
     if args.do_train:
         capped = args.max_windows_per_document
         rows["windows per training document"] = (

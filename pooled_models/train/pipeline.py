@@ -207,9 +207,15 @@ def _document_mode(plan: RunPlan, tasks, tokenizer, model_args, data_args) -> Do
         if args.document_mode == "true":
             raise UsageError("--document_mode true: a model factory's model reads one window; leave it out.")
         return DocumentMode(False, "off: the model factory's model reads one window")
-    window = stated_run_length(data_args.max_seq_length, tokenizer, plan.source)
     settings = chosen_model_settings(model_args)
-    documents = choose_document_mode(args, settings, plan.source.saved, tasks, tokenizer, window)
+    documents = choose_document_mode(
+        args,
+        settings,
+        plan.source.saved,
+        tasks,
+        tokenizer,
+        run_length=lambda: stated_run_length(data_args.max_seq_length, tokenizer, plan.source),
+    )
     refuse_off_settings(documents, args)
     return documents
 

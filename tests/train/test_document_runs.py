@@ -136,10 +136,12 @@ def test_auto_leaves_short_texts_cut(tiny_backbone_path, minilm_tokenizer):
     args = SimpleNamespace(document_mode="auto", seed=0)
     tasks = {"": SimpleNamespace(kind="sequence", spec=SimpleNamespace(data=SimpleNamespace(text_pair_column=None, text_column="text")),
                                  splits={"train": SimpleNamespace(dataset={"text": ["a short text"] * 19 + ["long " * 30]})})}  # fmt: skip
-    off = train_documents.choose_document_mode(args, {}, None, tasks, minilm_tokenizer, 16)
+    off = train_documents.choose_document_mode(args, {}, None, tasks, minilm_tokenizer, lambda: 16)
     assert not off.on and off.reason.startswith("off (auto: 5% of the training texts are longer")
     args.document_mode = "true"
-    assert train_documents.choose_document_mode(args, {}, None, tasks, minilm_tokenizer, 16).on  # control
+    assert train_documents.choose_document_mode(
+        args, {}, None, tasks, minilm_tokenizer, lambda: 16
+    ).on  # control
 
 
 @pytest.mark.parametrize(

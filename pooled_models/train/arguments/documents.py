@@ -40,8 +40,8 @@ class DocumentArguments:
         default="auto",
         metadata={
             "help": "Read each text whole, in overlapping windows pooled across the document (document_window, "
-            "document_stride, document_pooling), instead of cutting it at max_seq_length. 'auto': on when at least "
-            f"{DOCUMENT_MODE_MIN_LONG_SHARE:.0%} of the training texts run past one window (the log and the model "
+            "document_stride, document_pooling), instead of cutting it at max_seq_length. 'auto': on when a share of "
+            f"at least {DOCUMENT_MODE_MIN_LONG_SHARE:g} of the training texts run past one window (the log and the model "
             "card say which, and why); 'true': always; 'false': never. A model saved in document mode stays in it.",
             "choices": list(DOCUMENT_MODE_CHOICES),
         },

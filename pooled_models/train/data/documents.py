@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -88,10 +89,11 @@ def long_share(texts: list[str], tokenizer, window: int, seed: int = 0) -> float
 
 
 def choose_document_mode(
-    args, settings: dict[str, Any], saved, tasks, tokenizer, window: int
+    args, settings: dict[str, Any], saved, tasks, tokenizer, run_length: Callable[[], int]
 ) -> DocumentMode:
     """Document mode on or off for this run (``args``: the training arguments; ``settings``: the model settings the
-    user chose; ``saved``: the config of the model the run starts from, or None; ``window``: the run's length)."""
+    user chose; ``saved``: the config of the model the run starts from, or None; ``run_length``: the run's text
+    length, asked for only when the window is not given)."""
     mode = args.document_mode
     saved_window = getattr(saved, "document_window", None)
     if saved is not None:
@@ -118,8 +120,15 @@ def choose_document_mode(
                 "--document_mode true (or auto)."
             )
         return DocumentMode(False, "off (--document_mode false)")
-    _refuse_other_runs(tasks, mode)
-    window = settings.get("document_window") or window
+    refusal = _other_run(tasks)
+    if refusal is not None:
+        if mode == "auto" and not given:  # such runs stay as they were
+            return DocumentMode(False, f"off: {refusal}")
+        raise UsageError(
+            f"--document_mode {mode}: {refusal}. Valid: one sequence-classification task of single texts; "
+            "--document_mode false for this run."
+        )
+    window = settings.get("document_window") or run_length()
     stride = settings.get("document_stride")
     stride = default_stride(window) if stride is None else stride
     if mode == "true" or settings.get("document_window") is not None:
@@ -138,9 +147,8 @@ def choose_document_mode(
     return DocumentMode(False, reason, long_share=share)
 
 
-def _refuse_other_runs(tasks, mode: str) -> None:
-    """Document mode reads one sequence task's single texts: token and multi-task heads, and text pairs, are refused
-    by name when asked for (``auto`` leaves such runs as they were)."""
+def _other_run(tasks) -> str | None:
+    """Why document mode cannot read this run's texts (None: it can): it reads one sequence task's single texts."""
     kinds = [task.kind for task in tasks.values()]
     pairs = any(task.kind == SEQUENCE and task.spec.data.text_pair_column for task in tasks.values())
     refusal = None
@@ -150,11 +158,7 @@ def _refuse_other_runs(tasks, mode: str) -> None:
         refusal = "a token-classification head labels the tokens of each window, not a document"
     elif pairs:
         refusal = "a text pair (--text_pair_column) is not cut into windows"
-    if refusal is not None:
-        raise UsageError(
-            f"--document_mode {mode}: {refusal}. Valid: one sequence-classification task of single texts; "
-            "--document_mode false for this run."
-        )
+    return refusal
 
 
 def tokenize_windows(

@@ -375,6 +375,30 @@ def data_flags(tmp_path, rows=topic_rows):
     ]
 
 
+def rendered_card(config, folder: Path) -> str:
+    """The model card of a one-task sequence classifier with ``config``, trained on a small local file, as train.py
+    renders it (no metrics)."""
+    from pooled_models.modeling.heads import LinearHead
+    from pooled_models.train.arguments import DataArguments
+    from pooled_models.train.card import CardData, TaskCard, render_model_card
+
+    data = DataArguments(train_file="train.csv")
+    split = {"name": "train", "rows": 10, "truncated": 0, "source": "train.csv"}
+    task = TaskCard("sequence", "sequence", config, LinearHead, data, [split], max_seq_length=64)
+    facts = CardData(
+        model_name="card",
+        repo_id="someone/card",
+        base_model="tiny",
+        base_model_on_hub=False,
+        publishes="sequence",
+        tasks=[task],
+        training_settings={"seed": 3},
+        example_text="a text",
+    )
+    render_model_card(facts).save(folder / "README.md")
+    return (folder / "README.md").read_text()
+
+
 def png_size(path):
     header = path.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"

@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from .documents import document_batch, tokenize_documents
 
-__all__ = ["encode_documents", "batches_by_windows"]
+__all__ = ["encode_documents", "batches_by_windows", "embedded"]
 
 
 def batches_by_windows(window_counts: list[int], batch_size: int) -> Iterator[list[int]]:
@@ -34,6 +34,16 @@ def batches_by_windows(window_counts: list[int], batch_size: int) -> Iterator[li
         windows += window_counts[index]
     if batch:
         yield batch
+
+
+def embedded(model, batch: dict[str, torch.Tensor], label_index: int | None, normalize: bool) -> torch.Tensor:
+    """``model.embed`` of a batch (moved to the model's device) as ``encode`` returns it: one label's vector where
+    ``label_index`` is given, float32, normalised where asked."""
+    vectors = model.embed(**{name: tensor.to(model.device) for name, tensor in batch.items()})
+    if label_index is not None:
+        vectors = vectors[:, label_index]
+    vectors = vectors.float()
+    return F.normalize(vectors, dim=-1) if normalize else vectors
 
 
 def encode_documents(
@@ -62,12 +72,7 @@ def encode_documents(
     result = None
     for rows in batches_by_windows([len(windows) for windows in documents["input_ids"]], batch_size):
         batch = document_batch([{name: documents[name][row] for name in names} for row in rows], pad_id)
-        vectors = model.embed(**{name: tensor.to(model.device) for name, tensor in batch.items()})
-        if label_index is not None:
-            vectors = vectors[:, label_index]
-        vectors = vectors.float()
-        if normalize:
-            vectors = F.normalize(vectors, dim=-1)
+        vectors = embedded(model, batch, label_index, normalize)
         if result is None:
             result = torch.empty((len(texts), *vectors.shape[1:]), dtype=torch.float32, device=output_device)
         result[torch.as_tensor(rows)] = vectors.to(output_device)

@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
-from .document_encoding import encode_documents
+from .document_encoding import embedded, encode_documents
 from .sentence_transformers_folder import sentence_transformers_files
 from .text_length import text_length
 
@@ -157,13 +157,7 @@ class SentenceEncoderMixin:
             for start in range(0, len(inputs), BLOCK_SIZE):
                 block = _tokenize(tokenizer, inputs[start : start + BLOCK_SIZE], pairs, max_length)
                 for rows, batch in _sorted_batches(block, batch_size, pad_id):
-                    batch = {name: tensor.to(self.device) for name, tensor in batch.items()}
-                    vectors = self.embed(**batch)
-                    if label_index is not None:
-                        vectors = vectors[:, label_index]
-                    vectors = vectors.float()
-                    if normalize:
-                        vectors = F.normalize(vectors, dim=-1)
+                    vectors = embedded(self, batch, label_index, normalize)
                     if result is None:
                         result = torch.empty(
                             (len(inputs), *vectors.shape[1:]), dtype=torch.float32, device=output_device

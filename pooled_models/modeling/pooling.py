@@ -428,9 +428,14 @@ class AttentionPooler(TokenPooler):
         require_int("attention_hidden_size", config.attention_hidden_size, 1)
 
     def reduce(self, hidden_states, mask):
-        scores = self.scorer(hidden_states)  # [B, T, heads]
-        scores = scores.float().masked_fill(~mask.unsqueeze(-1), torch.finfo(torch.float32).min)
-        weights = scores.softmax(dim=1)
-        values = zero_padding(hidden_states, mask).float()  # float32: no fp16 overflow; masked: no 0 * nan
-        pooled = torch.einsum("bth,btd->bhd", weights, values).to(hidden_states.dtype)
+        pooled = attention_pool(self.scorer(hidden_states), hidden_states, mask)
         return pooled.reshape(hidden_states.shape[0], self.output_dim)
+
+
+def attention_pool(scores: torch.Tensor, hidden_states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``scores [B, T, heads]`` -> each head's softmax over the real positions of ``mask [B, T]``, and the weighted
+    sums of ``hidden_states [B, T, D]``: ``[B, heads, D]`` (in float32, returned in the states' dtype)."""
+    scores = scores.float().masked_fill(~mask.unsqueeze(-1), torch.finfo(torch.float32).min)
+    weights = scores.softmax(dim=1)
+    values = zero_padding(hidden_states, mask).float()  # float32: no fp16 overflow; masked: no 0 * nan
+    return torch.einsum("bth,btd->bhd", weights, values).to(hidden_states.dtype)

@@ -51,6 +51,13 @@ class PooledTextClassificationPipeline(TextClassificationPipeline):
     def preprocess(self, inputs, **tokenizer_kwargs):
         if not self.reads_documents:
             return super().preprocess(inputs, **tokenizer_kwargs)
+        cutting = sorted(set(tokenizer_kwargs) & {"truncation", "max_length", "stride", "padding"})
+        if cutting:
+            raise ValueError(
+                f"{', '.join(cutting)}: a model in document mode (document_window={self.model.config.document_window}"
+                ") reads the whole text in its windows, so the text is not cut; leave them out, or load the model with "
+                "document_window=None to cut texts at its length."
+            )
         if not isinstance(inputs, str):
             raise ValueError(
                 f"A model in document mode (document_window={self.model.config.document_window}) classifies single "

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 from transformers import initialization as init
 
 from .inputs import checks_values
-from .pooling import masked_extreme, masked_sum, require_int
+from .pooling import attention_pool, masked_extreme, masked_sum, require_int
 from .registry import Component, Registry
 
 __all__ = [
@@ -133,9 +133,7 @@ class AttentionWindowPooler(WindowPooler):
         self.scorer = nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 1))
 
     def reduce(self, vectors, mask):
-        scores = self.scorer(vectors).float().masked_fill(~mask.unsqueeze(-1), torch.finfo(torch.float32).min)
-        weights = scores.softmax(dim=1)  # [N, W, 1]
-        return masked_sum(vectors, mask, weights.squeeze(-1)).to(vectors.dtype)
+        return attention_pool(self.scorer(vectors), vectors, mask)[:, 0]
 
 
 class WindowTransformerLayer(nn.Module):

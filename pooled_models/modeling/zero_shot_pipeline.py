@@ -14,6 +14,8 @@ model and, for a label-text classifier:
 * scores any labels with ``label_text_scorer="shared"``, and a model's own labels (a subset of ``id2label``) with
   ``"per_label"``; other labels are refused by name;
 * returns what transformers' returns: ``{"sequence", "labels", "scores"}``, labels sorted by score.
+* reads a document model's text whole (``document_window`` set): its windows' vectors pooled across the document
+  are scored against the candidates' text (``documents.py``).
 
 ``import pooled_models`` registers it (``register_zero_shot_pipeline``), where the package registers its Auto classes.
 A label-text checkpoint loaded with ``trust_remote_code=True`` where the package is absent finds it through its

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from helpers import PAD_ID, run_without_package, tiny_backbone_config, tiny_model
+from helpers import PAD_ID, rendered_card, run_without_package, tiny_backbone_config, tiny_model
 from transformers import AutoModel, AutoTokenizer, Trainer, TrainingArguments, pipeline
 
 from pooled_models import (
@@ -119,7 +119,7 @@ def test_trainer_with_the_collator_learns_and_trains_backbone_and_cross_window_p
     arguments = TrainingArguments(
         output_dir=str(tmp_path / "run"),
         per_device_train_batch_size=4,
-        num_train_epochs=5,
+        num_train_epochs=3,
         learning_rate=3e-3,
         report_to=[],
         save_strategy="no",
@@ -157,6 +157,10 @@ def test_the_pipeline_reads_a_20000_token_text_batched_with_short_ones(tokenizer
     torch.testing.assert_close(
         torch.tensor([got[f"LABEL_{i}"] for i in range(3)]), expected, atol=1e-5, rtol=1e-5
     )
+    with pytest.raises(
+        ValueError, match="max_length, truncation: a model in document mode .* reads the whole text"
+    ):
+        classify(texts[1], truncation=True, max_length=24)
     # control: the text cut at one window scores otherwise
     cut = tokenizer(texts[1], truncation=True, max_length=24, return_tensors="pt")
     with torch.no_grad():
@@ -286,39 +290,12 @@ def test_a_document_checkpoint_reads_whole_texts_without_the_package(tokenizer, 
 
 
 def test_the_model_card_states_the_window_settings(tmp_path):
-    from pooled_models.modeling.heads import LinearHead
-    from pooled_models.train.arguments import DataArguments
-    from pooled_models.train.card import CardData, TaskCard, render_model_card
-
     def card_of(**settings) -> str:
+        backbone = tiny_backbone_config("bert")
         config = PooledConfig(
-            backbone_config=tiny_backbone_config("bert"),
-            num_labels=2,
-            problem_type="single_label_classification",
-            **settings,
+            backbone_config=backbone, num_labels=2, problem_type="single_label_classification", **settings
         )
-        task = TaskCard(
-            name="sequence",
-            kind="sequence",
-            config=config,
-            head_class=LinearHead,
-            data=DataArguments(train_file="train.csv"),
-            splits=[{"name": "train", "rows": 10, "truncated": 0, "source": "train.csv"}],
-            max_seq_length=64,
-        )
-        facts = CardData(
-            model_name="long",
-            repo_id="someone/long",
-            base_model="tiny",
-            base_model_on_hub=False,
-            publishes="sequence",
-            tasks=[task],
-            training_settings={"seed": 3},
-            metrics={},
-            example_text="a text",
-        )
-        render_model_card(facts).save(tmp_path / "README.md")
-        return (tmp_path / "README.md").read_text()
+        return rendered_card(config, tmp_path)
 
     card = card_of(document_window=48, document_stride=6, document_pooling="transformer")
     for row in (

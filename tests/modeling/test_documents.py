@@ -92,6 +92,10 @@ def test_a_window_past_the_backbones_positions_is_refused_naming_the_setting():
     with pytest.raises(ValueError, match=r"less the 3 label tokens .* valid values are 2 to 61"):
         tiny_model("label_tokens", label_token_init="random", document_window=62)
     tiny_model("label_tokens", label_token_init="random", document_window=61)
+    with pytest.raises(
+        ValueError, match=r"document_transformer_heads=5 must divide .* \(32\); valid choices up to 8"
+    ):
+        tiny_model("mean", document_window=12, document_pooling="transformer", document_transformer_heads=5)
 
 
 def test_settings_survive_save_reload_edits_and_overrides(tmp_path):
@@ -350,3 +354,11 @@ def test_document_windows_from_a_window_to_document_index():
     assert document_windows_from([0, 0, 1, 2, 2, 2]).tolist() == [[0, 1, -1], [2, -1, -1], [3, 4, 5]]
     with pytest.raises(ValueError, match="number the documents from 0 in order"):
         document_windows_from([0, 2, 1])
+
+
+def test_packed_windows_give_the_padded_batchs_scores():
+    padded = document_model(document_pooling="attention")
+    packed = document_model(document_pooling="attention", packed_batches=True)
+    batch = document_batch(random_documents([3, 1, 2], seed=8), PAD_ID)
+    with torch.no_grad():
+        torch.testing.assert_close(packed(**batch).logits, padded(**batch).logits, atol=1e-5, rtol=1e-5)

@@ -161,13 +161,18 @@ class PooledTrainer(Trainer):
             self.task_sampler = self._task_sampler(dataset, batch_size)
             return self.accelerator.prepare(rebatched(loader, self.task_sampler))
         if is_training and self.window_budget is not None and _has_input_ids(dataset):
-            # Each row's length is its number of windows: batches of whole documents up to the window budget.
+            # Each row's length is its number of windows: batches of whole documents up to the window budget, drawn
+            # from a shuffle. Not grouped by window count: a document's windows are full rows (only its last one is
+            # padded), so grouping saves no padding, and on the manual pages it made batches of one length, so of a
+            # few sections (a batch's most frequent label: 45% of its documents against 31% shuffled) and of 6 to
+            # 54 documents; trained so, document mode scored 0.448 against the cut model's 0.667
+            # (bench/long_documents.py, docs/long-documents.md, "Defaults").
             batches = TokenBudgetBatches(
                 token_lengths(dataset),
                 self.window_budget,
                 padded=False,
                 seed=self.args.data_seed or self.args.seed,
-                grouped=self.args.train_sampling_strategy == "group_by_length",
+                grouped=False,
             )
             return self.accelerator.prepare(rebatched(loader, batches))
         budget = getattr(self.args, "max_tokens_per_batch", None)

@@ -122,7 +122,9 @@ def test_auto_turns_document_mode_on_from_the_share_of_long_training_texts(
     tiny_backbone_path, tmp_path, capsys
 ):
     flags = [*data_flags(tmp_path, long_rows(24)), "--max_seq_length", "16", "--pooling", "mean"]
-    folder = train(tiny_backbone_path, tmp_path / "out", *flags, "--num_train_epochs", "1").output_dir
+    # asked for (train.py's default is off), and with gradient checkpointing: the windows' passes are recomputed
+    flags += ["--document_mode", "auto", "--gradient_checkpointing", "true", "--num_train_epochs", "1"]
+    folder = train(tiny_backbone_path, tmp_path / "out", *flags).output_dir
     assert "Document mode on (auto: 50% of the training texts are longer than one window of 16 tokens" in (
         capsys.readouterr().out
     )
@@ -130,7 +132,7 @@ def test_auto_turns_document_mode_on_from_the_share_of_long_training_texts(
     assert "| document mode | on (auto: 50% of the training texts" in (folder / "README.md").read_text()
 
 
-def test_auto_leaves_short_texts_cut(tiny_backbone_path, minilm_tokenizer):
+def test_auto_leaves_short_texts_cut_and_the_default_cuts_every_text(tiny_backbone_path, minilm_tokenizer):
     from types import SimpleNamespace
 
     args = SimpleNamespace(document_mode="auto", seed=0)

@@ -25,7 +25,7 @@ from ...errors import DataError, UsageError, where
 from ...modeling.configuration_multitask import SEQUENCE
 from ...modeling.document_settings import default_stride
 from ...modeling.documents import DocumentCollator, tokenize_documents
-from ..arguments.documents import DOCUMENT_MODE_MIN_LONG_SHARE
+from ..arguments.documents import DOCUMENT_MODE_DEFAULT, DOCUMENT_MODE_MIN_LONG_SHARE
 from .batching import token_lengths, tokenizing_fingerprint
 
 if TYPE_CHECKING:  # annotations only
@@ -94,16 +94,16 @@ def choose_document_mode(
     """Document mode on or off for this run (``args``: the training arguments; ``settings``: the model settings the
     user chose; ``saved``: the config of the model the run starts from, or None; ``run_length``: the run's text
     length, asked for only when the window is not given)."""
-    mode = args.document_mode
+    given_mode = args.document_mode  # None: train.py's default, DOCUMENT_MODE_DEFAULT
     saved_window = getattr(saved, "document_window", None)
     if saved is not None:
-        if mode == "false" and saved_window is not None:
+        if given_mode == "false" and saved_window is not None:
             raise UsageError(
                 f"--document_mode false: the model starts from a model saved in document mode (document_window="
                 f"{saved_window}), whose settings cannot change. Start from its backbone to train without it."
             )
         if saved_window is None:
-            if mode == "true":
+            if given_mode == "true":
                 raise UsageError(
                     "--document_mode true: the model starts from a trained model saved without document mode, whose "
                     "settings cannot change. Start from its backbone (--document_mode true --document_window N)."
@@ -113,13 +113,19 @@ def choose_document_mode(
             True, "on: the model was saved in document mode", saved_window, saved.document_stride
         )
     given = [name for name in DOCUMENT_MODEL_SETTINGS if settings.get(name) is not None]
+    if given_mode == "false" and given:
+        raise UsageError(
+            f"--document_mode false, but --{given[0]} is a setting of document mode: leave it out, or set "
+            "--document_mode true (or auto)."
+        )
+    mode = given_mode or ("true" if given else DOCUMENT_MODE_DEFAULT)  # a window given asks for document mode
     if mode == "false":
-        if given:
-            raise UsageError(
-                f"--document_mode false, but --{given[0]} is a setting of document mode: leave it out, or set "
-                "--document_mode true (or auto)."
-            )
-        return DocumentMode(False, "off (--document_mode false)")
+        why = (
+            "--document_mode false"
+            if given_mode
+            else "train.py's default; --document_mode true or auto reads them"
+        )
+        return DocumentMode(False, f"off ({why})")
     refusal = _other_run(tasks)
     if refusal is not None:
         if mode == "auto" and not given:  # such runs stay as they were
@@ -132,7 +138,10 @@ def choose_document_mode(
     stride = settings.get("document_stride")
     stride = default_stride(window) if stride is None else stride
     if mode == "true" or settings.get("document_window") is not None:
-        why = "--document_mode true" if mode == "true" else f"--document_window {window}"
+        if given_mode == "true" or not given:
+            why = "--document_mode true"
+        else:
+            why = f"--document_window {window}" if "document_window" in given else f"--{given[0]}"
         return DocumentMode(True, f"on ({why})", window, stride)
     (task,) = tasks.values()
     if "train" not in task.splits:
@@ -261,7 +270,7 @@ def document_lines(tasks, documents: DocumentMode, args, window_budget: int | No
     line = f"Document mode {documents.reason}"
     if not documents.on:
         # Only worth a line when the choice was made on the data, or asked for.
-        return [line] if documents.long_share is not None or args.document_mode != "auto" else []
+        return [line] if args.document_mode is not None else []
     line += f": windows of {documents.window} tokens, {documents.stride} shared by consecutive windows"
     (task,) = tasks.values()
     rows = task.encoded.get("train")
@@ -282,7 +291,7 @@ def document_card_rows(documents: DocumentMode, args, window_budget: int | None)
     training and evaluation read (the window, stride and cross-window pooling are rows of the card's pooling table,
     card/classifier.py)."""
     if not documents.on:
-        return {"document mode": documents.reason} if documents.long_share is not None else {}
+        return {"document mode": documents.reason} if args.document_mode is not None else {}
     rows: dict[str, Any] = {"document mode": documents.reason}
     if args.do_train:
         capped = args.max_windows_per_document

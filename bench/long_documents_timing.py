@@ -26,7 +26,20 @@ REPO = Path(__file__).resolve().parent.parent
 WINDOW_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 TRAINING_BUDGET = 32
 # Words that are one token each in BERT's vocabulary.
-COMMON_WORDS = ("the", "file", "system", "call", "returns", "a", "value", "of", "process", "and", "data", "page")
+COMMON_WORDS = (
+    "the",
+    "file",
+    "system",
+    "call",
+    "returns",
+    "a",
+    "value",
+    "of",
+    "process",
+    "and",
+    "data",
+    "page",
+)
 REPEATS = 5
 
 __all__ = ["measure", "write_timing"]

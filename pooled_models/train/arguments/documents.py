@@ -25,7 +25,7 @@ __all__ = [
 DOCUMENT_MODE_CHOICES = ("auto", "true", "false")
 # train.py's default. Not "auto" yet: on the manual pages (bench/long_documents.py, docs/long-documents.md, "The
 # benchmark") every cross-window pooling scored the long pages below the cut model (0.49-0.58 accuracy against 0.65,
-# one seed, 2 epochs), so no share of long texts is measured to gain from it. "auto" is there to ask for.
+# 1 to 2 seeds, 2 epochs), so no share of long texts is measured to gain from it. "auto" is there to ask for.
 DOCUMENT_MODE_DEFAULT = "false"
 # --document_mode auto turns document mode on from this share of training texts longer than one window: document mode
 # scores a text that fits in one window as the cut model does, so its gain on a training set is about the share of

@@ -340,7 +340,7 @@ def merged_with_stored(report: dict, path: Path) -> dict:
     """The stored report's runs kept where this invocation did not run them, when its corpus and training settings
     are these: arms (and seeds of an arm) run in several invocations make one table; every command is listed. The
     read and the write hold a lock, so invocations running side by side do not lose each other's runs."""
-    with open(path.with_suffix(".lock"), "w") as lock:
+    with open(Path(tempfile.gettempdir()) / "long_documents_report.lock", "w") as lock:  # not in the results
         fcntl.flock(lock, fcntl.LOCK_EX)
         stored = json.loads(path.read_text()) if path.exists() else None
         if stored is None or any(

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 
 import torch
 from torch.nn import functional as F
+from transformers.utils import logging
 
 from .documents import document_batch, tokenize_documents
 
-__all__ = ["encode_documents", "batches_by_windows", "embedded"]
+__all__ = ["encode_documents", "batches_by_windows", "embedded", "refuse_text_length"]
 
 
 def batches_by_windows(window_counts: list[int], batch_size: int) -> Iterator[list[int]]:
@@ -34,6 +35,15 @@ def batches_by_windows(window_counts: list[int], batch_size: int) -> Iterator[li
         windows += window_counts[index]
     if batch:
         yield batch
+
+
+def refuse_text_length(config, max_length: int | None) -> None:
+    """A length to cut texts at has no use in document mode: the text is read whole, in the model's windows."""
+    if max_length is not None:
+        raise ValueError(
+            f"max_length={max_length}: a model in document mode reads the whole text in windows of "
+            f"document_window={config.document_window} tokens; set model.config.document_window instead."
+        )
 
 
 def embedded(model, batch: dict[str, torch.Tensor], label_index: int | None, normalize: bool) -> torch.Tensor:
@@ -55,6 +65,7 @@ def encode_documents(
     label_index: int | None,
     normalize: bool,
     output_device: torch.device,
+    show_progress_bar: bool = False,
 ) -> torch.Tensor | None:
     """The float32 vectors of ``texts`` (documents) in their order, None for no text."""
     if any(not isinstance(text, str) for text in texts):
@@ -70,10 +81,17 @@ def encode_documents(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.pad_token_id
     names = list(documents)
     result = None
-    for rows in batches_by_windows([len(windows) for windows in documents["input_ids"]], batch_size):
-        batch = document_batch([{name: documents[name][row] for name in names} for row in rows], pad_id)
-        vectors = embedded(model, batch, label_index, normalize)
-        if result is None:
-            result = torch.empty((len(texts), *vectors.shape[1:]), dtype=torch.float32, device=output_device)
-        result[torch.as_tensor(rows)] = vectors.to(output_device)
+    progress = logging.tqdm(total=len(texts), disable=not show_progress_bar, desc="Encoding", unit="document")
+    try:
+        for rows in batches_by_windows([len(windows) for windows in documents["input_ids"]], batch_size):
+            batch = document_batch([{name: documents[name][row] for name in names} for row in rows], pad_id)
+            vectors = embedded(model, batch, label_index, normalize)
+            if result is None:
+                result = torch.empty(
+                    (len(texts), *vectors.shape[1:]), dtype=torch.float32, device=output_device
+                )
+            result[torch.as_tensor(rows)] = vectors.to(output_device)
+            progress.update(len(rows))
+    finally:
+        progress.close()
     return result

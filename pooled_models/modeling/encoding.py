@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
-from .document_encoding import embedded, encode_documents
+from .document_encoding import embedded, encode_documents, refuse_text_length
 from .sentence_transformers_folder import sentence_transformers_files
 from .text_length import text_length
 
@@ -93,6 +93,11 @@ class SentenceEncoderMixin:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
         label_index = self._label_index(label)
+        # Document mode (document_encoding.py): every window of a text read, batch_size counting windows.
+        reads_documents = getattr(self.config, "document_window", None) is not None
+        encode_batches = self._encode_documents if reads_documents else self._encode_in_sorted_batches
+        if reads_documents:
+            refuse_text_length(self.config, max_length)
         tokenizer = self._encoding_tokenizer(tokenizer)
         if normalize_embeddings is None:
             normalize_embeddings = bool(getattr(self.config, "normalize_embeddings", False))
@@ -106,18 +111,7 @@ class SentenceEncoderMixin:
         self.eval()
         try:
             with torch.inference_mode():  # as sentence-transformers: no autograd bookkeeping at all
-                if getattr(self.config, "document_window", None) is not None:
-                    result = self._encode_documents(
-                        inputs,
-                        tokenizer,
-                        max_length,
-                        batch_size,
-                        label_index,
-                        normalize_embeddings,
-                        output_device,
-                    )
-                    return _as_returned(result, single=single, keep_on_device=keep_on_device)
-                result = self._encode_in_sorted_batches(
+                result = encode_batches(
                     inputs,
                     tokenizer,
                     max_length=self._encoding_max_length(tokenizer, max_length),
@@ -168,28 +162,11 @@ class SentenceEncoderMixin:
             progress.close()
         return result
 
-    def _encode_documents(
-        self, inputs, tokenizer, max_length, batch_size, label_index, normalize, output_device
-    ):
+    def _encode_documents(self, inputs, tokenizer, **settings) -> torch.Tensor | None:
         """Document mode: one vector per text, every window read (``document_encoding.py``); ``batch_size`` counts
         windows."""
-        if max_length is not None:
-            raise ValueError(
-                f"max_length={max_length}: a model in document mode reads the whole text in windows of "
-                f"document_window={self.config.document_window} tokens; set model.config.document_window instead."
-            )
-        result = encode_documents(
-            self,
-            inputs,
-            tokenizer,
-            batch_size=batch_size,
-            label_index=label_index,
-            normalize=normalize,
-            output_device=output_device,
-        )
-        if result is None:
-            result = torch.empty((0, *self._embedding_shape(label_index)), device=output_device)
-        return result
+        settings.pop("max_length")  # the window is the model's (refused when given, in encode)
+        return encode_documents(self, inputs, tokenizer, **settings)
 
     def similarity(self, embeddings, other_embeddings, similarity_fn: str = "cosine") -> torch.Tensor:
         """``[N, M]`` similarities of every row of ``embeddings`` with every row of ``other_embeddings`` (numpy

@@ -22,12 +22,15 @@ from ..modeling.varlen_attention import (
     varlen_unavailable_reason,
 )
 from .arguments.speed import choice
+from .data import TaskData, check_token_ids
 from .data.batching import token_lengths
 from .data.buckets import bucket_lengths
+from .data.documents import DocumentRowsCollator
 from .data.flat import FlatCollator
 from .data.multitask import TaskCollator
 
 __all__ = [
+    "lay_out_batches",
     "BatchLayout",
     "PADDING_FREE_MIN_TOKENS",
     "padding_free_refusal",
@@ -76,6 +79,8 @@ def padding_free_refusal(args, model, kinds: dict[str, str]) -> str | None:
     """Why this run cannot train padding-free, or None where it can."""
     if list(kinds.values()) != [SEQUENCE]:
         return "token and multi-task runs pad their batches (their labels are per token or per task)"
+    if getattr(model.config, "document_window", None) is not None:
+        return "document mode pads its windows (each batch's windows in rows of one length, docs/long-documents.md)"
     if not isinstance(model, PooledForSequenceClassification):
         return f"{type(model).__name__} is not a pooled model, and pooled models are the ones that read them"
     reason = varlen_unavailable_reason(args.device)
@@ -190,8 +195,12 @@ def collator_for(
     pad_to_multiple_of: int | None,
     buckets: tuple[int, ...] | None = None,
     max_length: int | None = None,
+    documents: bool = False,
 ):
-    """The run's data collator: padding-free batches, or each task's padded ones (to buckets where given)."""
+    """The run's data collator: padding-free batches, document mode's windows, or each task's padded rows (to
+    buckets where given)."""
+    if documents:
+        return DocumentRowsCollator(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
     if padding_free:
         return FlatCollator()
     if buckets is None:  # padded to each batch's longest text, as ever
@@ -210,3 +219,36 @@ def tokens_per_step(args, tasks) -> float | None:
             lengths = token_lengths(rows)
             return args.per_device_train_batch_size * sum(lengths) / len(lengths)
     return None
+
+
+def lay_out_batches(
+    training_args, model, tasks: dict[str, TaskData], max_length: int, documents: bool
+) -> BatchLayout:
+    """Padding-free batches or padded ones, to the longest text or to length buckets (batch_layout.py), with the
+    lines that say which; every token id checked against the model's vocabulary once, so the model need not read
+    them back at each step. Document mode pads each batch's windows to their longest: no buckets."""
+    kinds = {name: task.kind for name, task in tasks.items()}
+    padding_free, line = choose_padding_free(
+        training_args, model, kinds, tokens_per_step(training_args, tasks)
+    )
+    if documents and choice(training_args, "pad_to_buckets") == "true":
+        raise UsageError(
+            "--pad_to_buckets true: document mode pads each batch's windows to their longest (its window budget "
+            "bounds a batch); leave --pad_to_buckets auto or false."
+        )
+    lengths = None if documents else training_lengths(tasks)
+    buckets, padding = choose_buckets(training_args, kinds, padding_free, lengths, max_length)
+    for task in tasks.values():
+        check_token_ids(task, model.get_input_embeddings().num_embeddings)
+    if buckets is None and choice(training_args, "pad_to_buckets") == "auto":
+        logger.debug(padding)  # padded as ever (the CPU's default): nothing new to say
+        return BatchLayout(padding_free, buckets, max_length, (line,))
+    return BatchLayout(padding_free, buckets, max_length, (line, padding))
+
+
+def training_lengths(tasks: dict[str, TaskData]) -> list[int] | None:
+    """The training texts' token counts of a run of one task (None without training rows, or with several tasks)."""
+    if len(tasks) != 1:
+        return None
+    rows = next(iter(tasks.values())).encoded.get("train")
+    return token_lengths(rows) if rows is not None and len(rows) else None

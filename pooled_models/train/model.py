@@ -35,6 +35,7 @@ __all__ = [
     "choose_max_length",
     "warn_of_another_length",
     "record_max_length",
+    "stated_run_length",
     "freeze_backbone",
     "freeze_heads",
 ]
@@ -305,6 +306,28 @@ def _stated_length(model, source: ModelSource) -> tuple[int | None, str]:
     if folder is None or folder.max_seq_length is None:
         return None, ""
     return folder.max_seq_length, SENTENCE_TRANSFORMERS_LENGTH
+
+
+def stated_run_length(requested: int | None, tokenizer, source: ModelSource) -> int:
+    """The run's text length as it is known before a model is built (document mode's window when
+    ``--document_window`` is unset): ``--max_seq_length``, else the saved model's, else the backbone's
+    sentence-transformers folder's, else its tokenizer's limit. The built model checks that its window fits."""
+    if requested is not None:
+        return requested
+    stated = getattr(source.saved, "max_seq_length", None)
+    if stated is None:
+        try:
+            folder = read_sentence_transformers_folder(source.path, **source.hub_kwargs())
+        except ValueError as error:
+            raise UsageError(str(error)) from error
+        stated = None if folder is None else folder.max_seq_length
+    stated = _tokenizer_limit(tokenizer) if stated is None else stated
+    if stated is None:
+        raise UsageError(
+            "Document mode needs a window length and the backbone states none: set --document_window (or "
+            "--max_seq_length)."
+        )
+    return stated
 
 
 def record_max_length(model, tokenizer, length: int) -> None:

@@ -23,10 +23,10 @@ from typing import Any
 
 from transformers import TrainerCallback, set_seed
 
+from ..errors import UsageError
 from ..modeling.inputs import values_checked_by_caller
 from .arguments.model import chosen_model_settings
-from .arguments.speed import choice
-from .batch_layout import BatchLayout, choose_buckets, choose_padding_free, collator_for, tokens_per_step
+from .batch_layout import BatchLayout, collator_for, lay_out_batches
 from .card import card_data, render_model_card
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
 from .console import (
@@ -38,8 +38,16 @@ from .console import (
     print_summary,
     say,
 )
-from .data import TaskData, check_token_ids, read_task, tokenize_task
-from .data.batching import token_lengths
+from .data import TaskData, read_task, tokenize_task
+from .data.documents import (
+    DocumentMode,
+    choose_document_mode,
+    default_window_budget,
+    document_card_rows,
+    document_lines,
+    refuse_off_settings,
+    tokenize_document_task,
+)
 from .data.multitask import MultiTaskRows
 from .evaluation import summary_metrics, task_config, tune_decision_thresholds
 from .model import (
@@ -49,10 +57,11 @@ from .model import (
     freeze_heads,
     load_tokenizer,
     record_max_length,
+    stated_run_length,
     warn_of_another_length,
 )
 from .output_dir import StagedOutputDir, push_folder, read_run_record
-from .plan import RunPlan, make_plan, needed_splits
+from .plan import RunPlan, make_plan, needed_splits, with_document_settings
 from .predictions import RESULTS_FILE, example_answers, predictions_file, write_predictions, write_results
 from .source import model_source
 from .tasks import MODEL_WIDE_SETTINGS, TaskSpec
@@ -145,11 +154,15 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
         model_factory,
     )
     tokenizer = load_tokenizer(plan)
+    documents = _document_mode(plan, tasks, tokenizer, model_args, data_args)
+    plan = with_document_settings(plan, documents)
     model = build_model(plan, tasks, tokenizer)
     if zero_shot_rows is not None:
         check_zero_shot_model(model.config)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    max_length, origin = _tokenize(plan, tasks, tokenizer, model, data_args.max_seq_length, training_args)
+    max_length, origin = _tokenize(
+        plan, tasks, tokenizer, model, data_args.max_seq_length, training_args, documents
+    )
     zero_shot = None
     if zero_shot_rows is not None:
         task = next(iter(tasks.values()))
@@ -162,14 +175,22 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
             data_args.seen_label_margin,
         )
     _prepare_for_training(plan, model)
-    layout = _lay_out_batches(training_args, model, tasks, max_length)
-    described = [describe_model(model, source.base_model, parameters), describe_length(max_length, origin)]
-    say(training_args, [*described, *layout.lines])
+    layout = lay_out_batches(training_args, model, tasks, max_length, documents.on)
+    window_budget = _window_budget(plan, tasks, documents)
+    say(
+        training_args,
+        [
+            describe_model(model, source.base_model, parameters),
+            *([] if documents.on else [describe_length(max_length, origin)]),
+            *document_lines(tasks, documents, training_args, window_budget),
+            *layout.lines,
+        ],
+    )
 
     # Everything is checked: from here on the run writes, into the staging folder only.
     if training_args.should_save:
         staging.create(resuming=checkpoint is not None)
-    trainer = _trainer(plan, model, tokenizer, tasks, callbacks, layout)
+    trainer = _trainer(plan, model, tokenizer, tasks, callbacks, layout, window_budget)
     progress = install_progress(trainer)  # one bar per phase, unless --log_level info
     with _cleaned_up_on_failure(staging, trainer, progress):
         # Token ids were checked above and labels when read: the model need not read them back at every step.
@@ -178,7 +199,8 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
-    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout)
+    document_rows = document_card_rows(documents, plan.trainer_args, window_budget)
+    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout, document_rows)
 
 
 @contextmanager
@@ -200,45 +222,62 @@ def _cleaned_up_on_failure(staging: StagedOutputDir, trainer, progress) -> Itera
         raise
 
 
-def _lay_out_batches(training_args, model, tasks: dict[str, TaskData], max_length: int) -> BatchLayout:
-    """Padding-free batches or padded ones, to the longest text or to length buckets (batch_layout.py), with the
-    lines that say which; every token id checked against the model's vocabulary once, so the model need not read
-    them back at each step."""
-    kinds = {name: task.kind for name, task in tasks.items()}
-    padding_free, line = choose_padding_free(
-        training_args, model, kinds, tokens_per_step(training_args, tasks)
-    )
-    buckets, padding = choose_buckets(
-        training_args, kinds, padding_free, _training_lengths(tasks), max_length
-    )
-    for task in tasks.values():
-        check_token_ids(task, model.get_input_embeddings().num_embeddings)
-    if buckets is None and choice(training_args, "pad_to_buckets") == "auto":
-        logger.debug(padding)  # padded as ever (the CPU's default): nothing new to say
-        return BatchLayout(padding_free, buckets, max_length, (line,))
-    return BatchLayout(padding_free, buckets, max_length, (line, padding))
-
-
-def _training_lengths(tasks: dict[str, TaskData]) -> list[int] | None:
-    """The training texts' token counts of a run of one task (None without training rows, or with several tasks)."""
-    if len(tasks) != 1:
-        return None
-    rows = next(iter(tasks.values())).encoded.get("train")
-    return token_lengths(rows) if rows is not None and len(rows) else None
-
-
 def _tokenize(
-    plan: RunPlan, tasks, tokenizer, model, requested: int | None, training_args
+    plan: RunPlan, tasks, tokenizer, model, requested: int | None, training_args, documents: DocumentMode
 ) -> tuple[int, str]:
     """Tokenize every task at the run's one length (max_seq_length is a setting of the run, not of a task), saved
-    with the model; returns it and where it comes from."""
-    max_length, origin = choose_max_length(requested, tokenizer, model, plan.source)
-    warn_of_another_length(plan.source, max_length, training_args.do_train)
+    with the model; returns it and where it comes from. In document mode the length is the window's, and every
+    split is cut into windows (data/documents.py)."""
+    if documents.on:
+        max_length, origin = model.config.document_window, "document mode's window, --document_window"
+    else:
+        max_length, origin = choose_max_length(requested, tokenizer, model, plan.source)
+        warn_of_another_length(plan.source, max_length, training_args.do_train)
     record_max_length(model, tokenizer, max_length)
     with training_args.main_process_first(desc="tokenizing"):
         for task in tasks.values():
-            tokenize_task(task, tokenizer, max_length, named=not plan.single)
+            if documents.on:
+                tokenize_document_task(task, tokenizer, model.config, training_args)
+            else:
+                tokenize_task(task, tokenizer, max_length, named=not plan.single)
     return max_length, origin
+
+
+def _document_mode(plan: RunPlan, tasks, tokenizer, model_args, data_args) -> DocumentMode:
+    """Whether the run reads whole documents in windows (data/documents.py), decided before the model is built."""
+    args = plan.trainer_args
+    if (
+        plan.model_factory is not None
+    ):  # the sweep's vanilla baseline: a model of transformers' own, one window
+        if args.document_mode == "true":
+            raise UsageError("--document_mode true: a model factory's model reads one window; leave it out.")
+        return DocumentMode(False, "off: the model factory's model reads one window")
+    settings = chosen_model_settings(model_args)
+    documents = choose_document_mode(
+        args,
+        settings,
+        plan.source.saved,
+        tasks,
+        tokenizer,
+        run_length=lambda: stated_run_length(data_args.max_seq_length, tokenizer, plan.source),
+    )
+    refuse_off_settings(documents, args)
+    return documents
+
+
+def _window_budget(plan: RunPlan, tasks, documents: DocumentMode) -> int | None:
+    """Document mode: the training batches' window budget (--max_windows_per_batch, else about
+    per_device_train_batch_size documents' windows); None without document mode."""
+    if not documents.on:
+        return None
+    args = plan.trainer_args
+    if args.max_windows_per_batch is not None:
+        return args.max_windows_per_batch
+    (task,) = tasks.values()
+    rows = task.encoded.get("train")
+    if rows is None or not len(rows):
+        return args.per_device_train_batch_size
+    return default_window_budget(rows, args.per_device_train_batch_size)
 
 
 def _model_wide(model_args) -> dict[str, Any]:
@@ -276,7 +315,13 @@ def _prepare_for_training(plan: RunPlan, model) -> None:
 
 
 def _trainer(
-    plan: RunPlan, model, tokenizer, tasks: dict[str, TaskData], callbacks, layout: BatchLayout
+    plan: RunPlan,
+    model,
+    tokenizer,
+    tasks: dict[str, TaskData],
+    callbacks,
+    layout: BatchLayout,
+    window_budget: int | None,
 ) -> PooledTrainer:
     """The Trainer of the run: a dict of each task's rows to evaluate; one task's rows, or every task's, to train."""
     args = plan.trainer_args
@@ -294,12 +339,19 @@ def _trainer(
         else None,
         processing_class=tokenizer,
         data_collator=collator_for(
-            layout.padding_free, tokenizer, kinds, args.pad_to_multiple_of, layout.buckets, layout.max_length
+            layout.padding_free,
+            tokenizer,
+            kinds,
+            args.pad_to_multiple_of,
+            layout.buckets,
+            layout.max_length,
+            documents=window_budget is not None,
         ),
         callbacks=callbacks_for(args) + list(callbacks),
         tasks=[task.spec for task in plan.tasks.values()],
         name_tasks=not plan.single,
         length_buckets=layout.buckets,
+        window_budget=window_budget,
     )
 
 
@@ -378,11 +430,20 @@ def _predict(plan: RunPlan, trainer, tasks: dict[str, TaskData], tokenizer) -> d
 
 
 def _publish(
-    plan: RunPlan, staging, model, tasks, metrics, parameters: int, zero_shot, layout: BatchLayout
+    plan: RunPlan,
+    staging,
+    model,
+    tasks,
+    metrics,
+    parameters: int,
+    zero_shot,
+    layout: BatchLayout,
+    document_rows: dict,
 ) -> RunResult:
     # The card describes a pooling (a factory's model has none) and a model this run publishes.
     if plan.model_factory is None and plan.publishes_model:
         card = card_data(plan, model, tasks, metrics, pushed=plan.push_to_hub, layout=layout.card_rows())
+        card.training_settings.update(document_rows)
         card.zero_shot = zero_shot.result if zero_shot is not None else None
         render_model_card(card).save(staging.work / "README.md")
     write_results(staging.work, metrics, plan.trainer_args)

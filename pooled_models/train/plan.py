@@ -55,6 +55,7 @@ __all__ = [
     "needed_splits",
     "default_label_token_settings",
     "PUBLISHED_KINDS",
+    "with_document_settings",
 ]
 
 logger = logging.getLogger("pooled_models.train")
@@ -163,6 +164,17 @@ def make_plan(
         example_texts=tuple(example_texts or ()),
         model_factory=model_factory,
     )
+
+
+def with_document_settings(plan: RunPlan, documents) -> RunPlan:
+    """The plan of a new model in document mode: its one task's settings with the run's window and stride (a saved
+    model keeps its own; data/documents.py decided). A new plan: the plan itself is not written into."""
+    if not documents.on or plan.source.saved is not None:
+        return plan
+    (task,) = plan.tasks.values()
+    settings = {**task.settings, **documents.model_settings()}
+    tasks = {task.name: dataclasses.replace(task, settings=MappingProxyType(settings))}
+    return dataclasses.replace(plan, tasks=MappingProxyType(tasks))
 
 
 def _published_kind(source: ModelSource, tasks: dict[str, TaskData]) -> str:

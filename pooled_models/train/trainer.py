@@ -36,7 +36,7 @@ from .data.batching import (
 from .data.buckets import warm_up_rows
 from .data.flat import FlatCollator
 from .data.multitask import TASK_KEY, MultiTaskRows, TaskBatchSampler
-from .data.token_budget import TokenBudgetBatches
+from .data.token_budget import TokenBudgetBatches, consecutive_budget_batches
 from .evaluation import summary_metrics, task_metrics_function
 from .loss_guard import LossGuard, NonFiniteLossError, non_finite_message, rows_of_batch
 from .options import (
@@ -76,6 +76,7 @@ class PooledTrainer(Trainer):
         tasks: list[TaskSpec] | None = None,
         name_tasks: bool | None = None,
         length_buckets: tuple[int, ...] | None = None,
+        window_budget: int | None = None,
         **kwargs,
     ):
         # Read by _build_accelerator_args, which Trainer's __init__ calls.
@@ -94,6 +95,9 @@ class PooledTrainer(Trainer):
         # Metrics named by task (eval_<task>_f1) with their mean: a run of several tasks, or a multi-task model's run.
         self.name_tasks = len(self.tasks) > 1 if name_tasks is None else name_tasks
         self.task_sampler: TaskBatchSampler | None = None
+        # Document mode (data/documents.py): rows are documents of windows; a training batch holds up to this many
+        # windows, an evaluation batch up to per_device_eval_batch_size windows. None: rows are texts.
+        self.window_budget = window_budget
         self.add_callback(_SamplerEpoch(self))
         # A compiled model on length buckets is compiled for every bucket before the first step (_warm_up).
         self.warm_up_pending = bool(length_buckets) and self.args.torch_compile
@@ -224,6 +228,21 @@ class PooledTrainer(Trainer):
         if is_training and isinstance(dataset, MultiTaskRows):
             self.task_sampler = self._task_sampler(dataset, batch_size)
             return self.accelerator.prepare(rebatched(loader, self.task_sampler))
+        if is_training and self.window_budget is not None and _has_input_ids(dataset):
+            # Each row's length is its number of windows: batches of whole documents up to the window budget, drawn
+            # from a shuffle. Not grouped by window count: a document's windows are full rows (only its last one is
+            # padded), so grouping saves no padding, and on the manual pages it made batches of one length, so of a
+            # few sections (a batch's most frequent label: 45% of its documents against 31% shuffled) and of 6 to
+            # 54 documents; trained so, document mode scored 0.448 against the cut model's 0.667
+            # (bench/long_documents.py, docs/long-documents.md, "Defaults").
+            batches = TokenBudgetBatches(
+                token_lengths(dataset),
+                self.window_budget,
+                padded=False,
+                seed=self.args.data_seed or self.args.seed,
+                grouped=False,
+            )
+            return self.accelerator.prepare(rebatched(loader, batches))
         budget = getattr(self.args, "max_tokens_per_batch", None)
         if is_training and budget is not None and _has_input_ids(dataset):
             padded = not isinstance(self.data_collator, FlatCollator)  # padded rows cost the batch's longest
@@ -242,9 +261,11 @@ class PooledTrainer(Trainer):
             # keep the sorted fixed-size batches. Persistent loaders are kept by Trainer as it built them.
             return loader
         sampler = self._sorted_eval_sampler  # what super() just asked _get_eval_sampler for
-        return self.accelerator.prepare(
-            rebatched(loader, length_sorted_batches(sampler.order, sampler.lengths, batch_size))
-        )
+        if self.window_budget is not None:  # documents, most windows first, up to batch_size windows a batch
+            batches = consecutive_budget_batches(sampler.order, sampler.lengths, batch_size)
+        else:
+            batches = length_sorted_batches(sampler.order, sampler.lengths, batch_size)
+        return self.accelerator.prepare(rebatched(loader, batches))
 
     def _task_sampler(self, rows: MultiTaskRows, batch_size: int) -> TaskBatchSampler:
         grouped = self.args.train_sampling_strategy == "group_by_length"

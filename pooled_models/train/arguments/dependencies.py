@@ -125,6 +125,9 @@ TRAINING_ONLY = (
     "pad_to_buckets",  # the buckets are chosen from the training texts' lengths
     "length_buckets",
     "logging_nan_inf_filter",
+    "max_windows_per_document",
+    "window_keeping",
+    "max_windows_per_batch",
 )
 
 # What only the final evaluation or prediction reads.
@@ -133,6 +136,7 @@ EVALUATION_OR_PREDICTION_ONLY = (
     "per_device_eval_batch_size",
     "eval_accumulation_steps",
     "length_sorted_eval",
+    "eval_max_windows",
 )
 
 # The data settings of a sequence task, which a token-classification run does not read (label_description_column,
@@ -163,6 +167,7 @@ DEPENDENCIES: dict[str, tuple[Needs, ...]] = {
     "label_all_subtokens": (TOKEN_RUN,),
     "zero_shot_file": (SINGLE_SEQUENCE_RUN,),
     "seen_label_margin": (ZERO_SHOT_RUN, TRAINING),  # set on the model this run trains
+    "document_mode": (SINGLE_SEQUENCE_RUN,),
     "threshold_average": (EVALUATION, THRESHOLD_TUNING),
     "task_sampling": (MULTI_TASK_RUN, TRAINING),
     "sampling_alpha": (MULTI_TASK_RUN, TRAINING, TEMPERATURE_SAMPLING),

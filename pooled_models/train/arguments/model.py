@@ -251,6 +251,31 @@ class ModelArguments:
         "model's outputs (pooled vectors, logits) are never normalised.",
     )
 
+    document_window: int | None = _setting(
+        None,
+        "Document mode (--document_mode): the tokens of one window, special tokens included; a text is read whole, "
+        "in overlapping windows pooled across the document. At most what the backbone has positions for. train.py's "
+        "default: the run's text length (--max_seq_length, else the backbone's own).",
+    )
+    document_stride: int | None = _setting(
+        None,
+        "Document mode: the tokens consecutive windows share, from 0 to document_window - 1. Defaults to "
+        "document_window // 8.",
+    )
+    document_pooling: str | None = _setting(
+        None,
+        "Document mode: how the windows' vectors become the document's: mean, max, attention (a learned "
+        "weighting) or transformer (a small transformer over the windows with their positions). Defaults to mean.",
+    )
+    document_transformer_layers: int | None = _setting(
+        None, "document_pooling transformer only. Its layers. Defaults to 2."
+    )
+    document_transformer_heads: int | None = _setting(
+        None,
+        "document_pooling transformer only. Its attention heads, a divisor of the window vectors' width. Unset: 64 "
+        "dimensions per head where the width allows it.",
+    )
+
     def __post_init__(self):
         self.pos_weight = parse_pos_weight(self.pos_weight)
 

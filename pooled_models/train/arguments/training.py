@@ -14,6 +14,7 @@ from ...errors import UsageError
 from ...thresholds import AVERAGES, DEFAULT_THRESHOLD
 from ..options import TRAINING_OPTIONS, require_number
 from .defaults import ASYMMETRIC_UNTUNED_THRESHOLD, FEW_EXAMPLES_PER_LABEL
+from .documents import DocumentArguments, check_document_arguments
 from .speed import SpeedArguments, check_speed_arguments
 
 __all__ = [
@@ -69,7 +70,7 @@ ACCELERATOR_LOADER_WORKERS = 2
 
 
 @dataclass
-class PooledTrainingArguments(SpeedArguments, TrainingArguments):
+class PooledTrainingArguments(DocumentArguments, SpeedArguments, TrainingArguments):
     _argument_group_name = (
         "training: transformers' TrainingArguments, with pooled_models' defaults and additions"
     )
@@ -279,6 +280,7 @@ class PooledTrainingArguments(SpeedArguments, TrainingArguments):
         for option in TRAINING_OPTIONS.values():
             option.check_arguments(self)
         check_speed_arguments(self)
+        check_document_arguments(self)
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise UsageError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}.")

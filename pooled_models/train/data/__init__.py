@@ -100,11 +100,15 @@ def check_token_ids(task: TaskData, vocabulary: int) -> None:
     """Every token id of the task's tokenized splits has a row in the model's embedding table, checked column-wise
     once, so that training can run without the model reading ids back from the device at every step
     (modeling/inputs.py, values_checked_by_caller)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     for name, rows in task.encoded.items():
         column = rows.data.column("input_ids")
-        highest = pc.max(pc.list_flatten(column)).as_py() if len(column) else None
+        flat = pc.list_flatten(column)
+        if len(flat) and pa.types.is_list(flat.type):  # document mode: [document][window][token]
+            flat = pc.list_flatten(flat)
+        highest = pc.max(flat).as_py() if len(flat) else None
         if highest is not None and highest >= vocabulary:
             raise DataError(
                 f"The {name} split tokenizes to token id {highest}, but the model's vocabulary has {vocabulary} "

@@ -14,20 +14,22 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-__all__ = ["TokenBudgetBatches", "token_budget_batches"]
+__all__ = ["TokenBudgetBatches", "token_budget_batches", "consecutive_budget_batches"]
 
 # Padded batches are sorted by length within groups of this many rows before they are cut.
 SORTED_GROUP_ROWS = 2048
 
 
 def token_budget_batches(
-    lengths: Sequence[int], max_tokens: int, padded: bool, rng: random.Random
+    lengths: Sequence[int], max_tokens: int, padded: bool, rng: random.Random, grouped: bool | None = None
 ) -> list[list[int]]:
     """Every row once, in batches of at most ``max_tokens`` tokens (``padded``: rows x the batch's longest; else the
-    sum of their lengths). A row longer than the budget makes a batch of its own."""
+    sum of their lengths). A row longer than the budget makes a batch of its own. ``grouped`` (default: ``padded``):
+    rows sorted by length within groups first, so a batch holds rows of similar length (document mode's windows:
+    documents of similar window counts, whose cross-window layout then pads little)."""
     rows = list(range(len(lengths)))
     rng.shuffle(rows)
-    if padded:
+    if padded if grouped is None else grouped:
         rows = [
             row
             for start in range(0, len(rows), SORTED_GROUP_ROWS)
@@ -53,8 +55,10 @@ def token_budget_batches(
 class TokenBudgetBatches:
     """A batch sampler (``DataLoader(batch_sampler=...)``) of :func:`token_budget_batches`, reshuffled each epoch."""
 
-    def __init__(self, lengths: Sequence[int], max_tokens: int, padded: bool, seed: int):
-        self.batches = token_budget_batches(lengths, max_tokens, padded, random.Random(seed))
+    def __init__(
+        self, lengths: Sequence[int], max_tokens: int, padded: bool, seed: int, grouped: bool | None = None
+    ):
+        self.batches = token_budget_batches(lengths, max_tokens, padded, random.Random(seed), grouped)
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -63,3 +67,24 @@ class TokenBudgetBatches:
         order = torch.randperm(len(self.batches)).tolist()
         for index in order:
             yield self.batches[index]
+
+
+def consecutive_budget_batches(order: Sequence[int], sizes: Sequence[int], budget: int) -> list[list[int]]:
+    """``order`` cut into consecutive batches whose ``sizes`` sum to at most ``budget`` (a row past it alone):
+    document mode's evaluation batches, documents sorted by their windows, each batch up to a number of windows.
+    Consecutive, so the batches read in turn give the rows in ``order``."""
+    if budget < 1:
+        raise ValueError(f"budget must be at least 1, got {budget}.")
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    used = 0
+    for row in order:
+        size = max(sizes[row], 1)
+        if batch and used + size > budget:
+            batches.append(batch)
+            batch, used = [], 0
+        batch.append(row)
+        used += size
+    if batch:
+        batches.append(batch)
+    return batches

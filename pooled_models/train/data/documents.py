@@ -1,0 +1,318 @@
+"""Document mode in train.py (docs/long-documents.md): whether the run reads whole documents in windows, and its
+splits tokenized into windows.
+
+``--document_mode auto`` counts the training texts that run past one window and turns document mode on from
+``DOCUMENT_MODE_MIN_LONG_SHARE`` of them; ``true`` and ``false`` decide alone; a model saved in document mode stays
+in it. The run's window is ``--document_window``, else the run's text length (``--max_seq_length``, else the
+backbone's own), so a text that fits in one window is read as the cut model read it.
+
+Each row of a tokenized split is a document: ``input_ids`` (and ``token_type_ids``) ``[window][token]``, the windows
+of modeling/documents.py's ``tokenize_documents``. A training document keeps at most ``--max_windows_per_document``
+windows (``--window_keeping`` says which), an evaluated or predicted one ``--eval_max_windows`` (unset: every
+window). Batches are cut by windows, not documents (trainer.py): their sizes come from :func:`window_counts`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...errors import DataError, UsageError, where
+from ...modeling.configuration_multitask import SEQUENCE
+from ...modeling.document_settings import default_stride
+from ...modeling.documents import DocumentCollator, tokenize_documents
+from ..arguments.documents import DOCUMENT_MODE_DEFAULT, DOCUMENT_MODE_MIN_LONG_SHARE
+from .batching import token_lengths, tokenizing_fingerprint
+
+if TYPE_CHECKING:  # annotations only
+    from . import TaskData
+    from .files import Split
+
+__all__ = [
+    "DocumentMode",
+    "DOCUMENT_MODEL_SETTINGS",
+    "COUNTED_ROWS",
+    "choose_document_mode",
+    "long_share",
+    "tokenize_windows",
+    "window_counts",
+    "default_window_budget",
+    "document_lines",
+    "refuse_off_settings",
+    "tokenize_document_task",
+    "DocumentRowsCollator",
+    "document_card_rows",
+]
+
+logger = logging.getLogger("pooled_models.train")
+
+# The model settings of document mode (PooledConfig's), given by flags.
+DOCUMENT_MODEL_SETTINGS = (
+    "document_window",
+    "document_stride",
+    "document_pooling",
+    "document_transformer_layers",
+    "document_transformer_heads",
+)
+# --document_mode auto counts the long texts among at most this many training rows (a seeded sample beyond).
+COUNTED_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class DocumentMode:
+    """The run's decision: on or off, why, and (on) the window settings the model is built with."""
+
+    on: bool
+    reason: str  # the log's and the card's words
+    window: int | None = None
+    stride: int | None = None
+    long_share: float | None = None  # of the training texts, when counted
+
+    def model_settings(self) -> dict[str, Any]:
+        """The settings a new model is built with in document mode (the user's pooling settings are the task's)."""
+        return {"document_window": self.window, "document_stride": self.stride} if self.on else {}
+
+
+def long_share(texts: list[str], tokenizer, window: int, seed: int = 0) -> float:
+    """The share of ``texts`` longer than ``window`` tokens with the tokenizer's special tokens (counted on a seeded
+    sample of COUNTED_ROWS where there are more)."""
+    if len(texts) > COUNTED_ROWS:
+        texts = random.Random(seed).sample(texts, COUNTED_ROWS)
+    if not texts:
+        return 0.0
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=False, verbose=False)["input_ids"]]
+    return sum(length > window for length in lengths) / len(lengths)
+
+
+def choose_document_mode(
+    args, settings: dict[str, Any], saved, tasks, tokenizer, run_length: Callable[[], int]
+) -> DocumentMode:
+    """Document mode on or off for this run (``args``: the training arguments; ``settings``: the model settings the
+    user chose; ``saved``: the config of the model the run starts from, or None; ``run_length``: the run's text
+    length, asked for only when the window is not given)."""
+    given_mode = args.document_mode  # None: train.py's default, DOCUMENT_MODE_DEFAULT
+    saved_window = getattr(saved, "document_window", None)
+    if saved is not None:
+        if given_mode == "false" and saved_window is not None:
+            raise UsageError(
+                f"--document_mode false: the model starts from a model saved in document mode (document_window="
+                f"{saved_window}), whose settings cannot change. Start from its backbone to train without it."
+            )
+        if saved_window is None:
+            if given_mode == "true":
+                raise UsageError(
+                    "--document_mode true: the model starts from a trained model saved without document mode, whose "
+                    "settings cannot change. Start from its backbone (--document_mode true --document_window N)."
+                )
+            return DocumentMode(False, "off: the model was saved without document mode")
+        return DocumentMode(
+            True, "on: the model was saved in document mode", saved_window, saved.document_stride
+        )
+    given = [name for name in DOCUMENT_MODEL_SETTINGS if settings.get(name) is not None]
+    if given_mode == "false" and given:
+        raise UsageError(
+            f"--document_mode false, but --{given[0]} is a setting of document mode: leave it out, or set "
+            "--document_mode true (or auto)."
+        )
+    mode = given_mode or ("true" if given else DOCUMENT_MODE_DEFAULT)  # a window given asks for document mode
+    if mode == "false":
+        why = (
+            "--document_mode false"
+            if given_mode
+            else "train.py's default; --document_mode true or auto reads them"
+        )
+        return DocumentMode(False, f"off ({why})")
+    refusal = _other_run(tasks)
+    if refusal is not None:
+        if mode == "auto" and not given:  # such runs stay as they were
+            return DocumentMode(False, f"off: {refusal}")
+        raise UsageError(
+            f"--document_mode {mode}: {refusal}. Valid: one sequence-classification task of single texts; "
+            "--document_mode false for this run."
+        )
+    window = settings.get("document_window") or run_length()
+    stride = settings.get("document_stride")
+    stride = default_stride(window) if stride is None else stride
+    if mode == "true" or settings.get("document_window") is not None:
+        if given_mode == "true" or not given:
+            why = "--document_mode true"
+        else:
+            why = f"--document_window {window}" if "document_window" in given else f"--{given[0]}"
+        return DocumentMode(True, f"on ({why})", window, stride)
+    (task,) = tasks.values()
+    if "train" not in task.splits:
+        return DocumentMode(False, "off (auto: no training data to measure)")
+    split = task.splits["train"]
+    share = long_share(list(split.dataset[task.spec.data.text_column]), tokenizer, window, args.seed)
+    counted = f"{share:.0%} of the training texts are longer than one window of {window} tokens"
+    if share >= DOCUMENT_MODE_MIN_LONG_SHARE:
+        reason = f"on (auto: {counted}, at least {DOCUMENT_MODE_MIN_LONG_SHARE:.0%}; --document_mode false cuts them)"
+        return DocumentMode(True, reason, window, stride, share)
+    reason = f"off (auto: {counted}, fewer than {DOCUMENT_MODE_MIN_LONG_SHARE:.0%}; --document_mode true reads them)"
+    return DocumentMode(False, reason, long_share=share)
+
+
+def _other_run(tasks) -> str | None:
+    """Why document mode cannot read this run's texts (None: it can): it reads one sequence task's single texts."""
+    kinds = [task.kind for task in tasks.values()]
+    pairs = any(task.kind == SEQUENCE and task.spec.data.text_pair_column for task in tasks.values())
+    refusal = None
+    if len(kinds) > 1:
+        refusal = "a multi-task model has no cross-window pooling: its heads read one window"
+    elif kinds != [SEQUENCE]:
+        refusal = "a token-classification head labels the tokens of each window, not a document"
+    elif pairs:
+        refusal = "a text pair (--text_pair_column) is not cut into windows"
+    return refusal
+
+
+def tokenize_windows(
+    split: Split, tokenizer, text_column: str, window: int, stride: int, max_windows: int | None, keep: str
+) -> None:
+    """Set ``split.encoded``: every row a document's windows (at most ``max_windows``, chosen by ``keep``), and its
+    target as ``labels``. A text of special tokens only has no window: refused, naming its row."""
+
+    source = split.source  # the closure is hashed for the cache: the source's name, not the split
+    special = set(tokenizer.all_special_ids)
+
+    def encode(batch, indices):
+        texts = batch[text_column]
+        try:
+            documents = tokenize_documents(tokenizer, texts, window, stride, max_windows, keep)
+        except (
+            ValueError
+        ) as error:  # an empty text (named below), or a stride the window's text tokens cannot take
+            for position, text in enumerate(texts):
+                if set(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]) <= special:
+                    raise _no_token(source, text_column, indices[position], text) from error
+            raise UsageError(str(error)) from error
+        for position, windows in enumerate(documents["input_ids"]):
+            # "[CLS] [SEP]" typed as text tokenizes to the special tokens themselves: nothing to read either.
+            if all(token in special for ids in windows for token in ids):
+                raise _no_token(source, text_column, indices[position], texts[position])
+        return documents
+
+    encoded = split.dataset.map(
+        encode,
+        batched=True,
+        with_indices=True,
+        remove_columns=split.dataset.column_names,
+        desc=f"Cutting {split.name} into windows",
+        new_fingerprint=tokenizing_fingerprint(split.dataset, encode, tokenizer),
+    )
+    if split.targets is not None:
+        encoded = encoded.add_column("labels", split.targets, feature=split.target_feature)
+    split.encoded = encoded
+
+
+def _no_token(source: str, column: str, row: int, text: str) -> DataError:
+    return DataError(
+        f"{where(source, column, row)}: the text has no token besides the tokenizer's special tokens ({text[:40]!r}): "
+        "document mode reads a document's windows, and it has none. Remove the row or give it text."
+    )
+
+
+def window_counts(rows) -> list[int]:
+    """The number of windows of every row of a tokenized split (read column-wise)."""
+    return token_lengths(rows)
+
+
+def default_window_budget(train_rows, batch_size: int) -> int:
+    """The training batches' window budget when --max_windows_per_batch is unset: ``batch_size`` times the training
+    documents' mean number of windows (after the cap), so a step holds about ``batch_size`` documents."""
+    counts = window_counts(train_rows)
+    mean = sum(counts) / len(counts) if counts else 1.0
+    return max(batch_size, math.ceil(batch_size * mean))
+
+
+def refuse_off_settings(documents: DocumentMode, args) -> None:
+    """Refuse, by name, document settings a run without document mode would drop, and a token budget in it."""
+    if documents.on:
+        if args.max_tokens_per_batch is not None:
+            raise UsageError(
+                "--max_tokens_per_batch cuts batches by tokens; document mode cuts them by windows: use "
+                "--max_windows_per_batch instead."
+            )
+        return
+    for name in ("max_windows_per_batch", "eval_max_windows"):
+        if getattr(args, name) is not None:
+            raise UsageError(
+                f"--{name} is a setting of document mode, which is {documents.reason}: leave it out, or set "
+                "--document_mode true."
+            )
+
+
+def tokenize_document_task(task: TaskData, tokenizer, config, args) -> None:
+    """Every split of a sequence task cut into its documents' windows (the model config's window and stride): a
+    training document keeps at most --max_windows_per_document (--window_keeping), an evaluated or predicted one
+    --eval_max_windows (its first ones; unset: every window)."""
+    task.max_length = config.document_window
+    for name, split in task.splits.items():
+        training = name == "train"
+        tokenize_windows(
+            split,
+            tokenizer,
+            task.spec.data.text_column,
+            config.document_window,
+            config.document_stride,
+            args.max_windows_per_document if training else args.eval_max_windows,
+            args.window_keeping if training else "start",
+        )
+        task.encoded[name] = split.encoded
+
+
+def document_lines(tasks, documents: DocumentMode, args, window_budget: int | None) -> list[str]:
+    """The log's lines on document mode: on or off and why; on, the windows and what the training documents became."""
+    line = f"Document mode {documents.reason}"
+    if not documents.on:
+        # Only worth a line when the choice was made on the data, or asked for.
+        return [line] if args.document_mode is not None else []
+    line += f": windows of {documents.window} tokens, {documents.stride} shared by consecutive windows"
+    (task,) = tasks.values()
+    rows = task.encoded.get("train")
+    if rows is not None and len(rows):
+        counts = window_counts(rows)
+        capped = args.max_windows_per_document
+        line += (
+            f"; training documents of {min(counts)} to {max(counts)} windows (mean {sum(counts) / len(counts):.1f}"
+            + (f", at most {capped}, keeping {args.window_keeping}" if capped else ", every window")
+            + f"), batches of at most {window_budget} windows"
+        )
+    read = "every window" if args.eval_max_windows is None else f"at most {args.eval_max_windows} windows"
+    return [line + f"; evaluation and prediction read {read} of a document"]
+
+
+def document_card_rows(documents: DocumentMode, args, window_budget: int | None) -> dict[str, Any]:
+    """The model card's "Training settings" rows of document mode: on or off and why, and (on) how many windows
+    training and evaluation read (the window, stride and cross-window pooling are rows of the card's pooling table,
+    card/classifier.py)."""
+    if not documents.on:
+        return {"document mode": documents.reason} if args.document_mode is not None else {}
+    rows: dict[str, Any] = {"document mode": documents.reason}
+    if args.do_train:
+        capped = args.max_windows_per_document
+        rows["windows per training document"] = (
+            f"at most {capped} ({args.window_keeping})" if capped else "all"
+        )
+        rows["windows per training batch"] = f"at most {window_budget}"
+    read = "all" if args.eval_max_windows is None else f"the first {args.eval_max_windows}"
+    rows["windows read in evaluation and prediction"] = read
+    return rows
+
+
+class DocumentRowsCollator:
+    """train.py's collator in document mode: modeling/documents.py's ``DocumentCollator`` (the flat batch of the
+    documents' windows and ``document_windows``), with ``document_windows`` first in the batch: Trainer counts a
+    batch's rows by its first tensor (``find_batch_size``), which must count documents, not windows (the evaluation
+    loss is a mean over documents)."""
+
+    def __init__(self, tokenizer, pad_to_multiple_of: int | None = None):
+        self.collator = DocumentCollator(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
+
+    def __call__(self, features):
+        batch = self.collator(features)
+        return {"document_windows": batch.pop("document_windows"), **batch}

@@ -163,28 +163,15 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     max_length, origin = _tokenize(
         plan, tasks, tokenizer, model, data_args.max_seq_length, training_args, documents
     )
-    zero_shot = None
-    if zero_shot_rows is not None:
-        task = next(iter(tasks.values()))
-        zero_shot = ZeroShotEvaluation(
-            zero_shot_rows,
-            tokenizer,
-            max_length,
-            read_seen_rows(task),
-            _label_names(tasks),
-            data_args.seen_label_margin,
-        )
+    zero_shot = _zero_shot_evaluation(zero_shot_rows, tasks, tokenizer, max_length, data_args)
     _prepare_for_training(plan, model)
     layout = lay_out_batches(training_args, model, tasks, max_length, documents.on)
     window_budget = _window_budget(plan, tasks, documents)
+    described = [describe_model(model, source.base_model, parameters)]
+    described += [] if documents.on else [describe_length(max_length, origin)]
     say(
         training_args,
-        [
-            describe_model(model, source.base_model, parameters),
-            *([] if documents.on else [describe_length(max_length, origin)]),
-            *document_lines(tasks, documents, training_args, window_budget),
-            *layout.lines,
-        ],
+        [*described, *document_lines(tasks, documents, training_args, window_budget), *layout.lines],
     )
 
     # Everything is checked: from here on the run writes, into the staging folder only.
@@ -201,6 +188,19 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
     document_rows = document_card_rows(documents, plan.trainer_args, window_budget)
     return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout, document_rows)
+
+
+def _zero_shot_evaluation(
+    zero_shot_rows, tasks, tokenizer, max_length: int, data_args
+) -> ZeroShotEvaluation | None:
+    """--zero_shot_file's evaluation (zero_shot_eval.py): the file's rows, with the run's validation rows as the seen
+    ones of the generalized setting; None without the file."""
+    if zero_shot_rows is None:
+        return None
+    seen = read_seen_rows(next(iter(tasks.values())))
+    return ZeroShotEvaluation(
+        zero_shot_rows, tokenizer, max_length, seen, _label_names(tasks), data_args.seen_label_margin
+    )
 
 
 @contextmanager

@@ -12,11 +12,13 @@ torch, transformers and its sibling model files (no numpy: ``tensor.numpy()`` ma
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Iterator
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 from transformers import AutoTokenizer
 from transformers.utils import logging
@@ -90,39 +92,35 @@ class SentenceEncoderMixin:
         """
         single = _is_single_input(sentences)
         inputs = [sentences] if single else list(sentences)
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
+        _check_batch_size(batch_size)
         label_index = self._label_index(label)
         # Document mode (document_encoding.py): every window of a text read, batch_size counting windows.
-        reads_documents = getattr(self.config, "document_window", None) is not None
-        encode_batches = self._encode_documents if reads_documents else self._encode_in_sorted_batches
-        if reads_documents:
+        encode_batches = self._encode_in_sorted_batches
+        if getattr(self.config, "document_window", None) is not None:
             refuse_text_length(self.config, max_length)
+            encode_batches = self._encode_documents
         tokenizer = self._encoding_tokenizer(tokenizer)
-        if normalize_embeddings is None:
-            normalize_embeddings = bool(getattr(self.config, "normalize_embeddings", False))
+        default_normalize = bool(getattr(self.config, "normalize_embeddings", False))
+        normalize_embeddings = default_normalize if normalize_embeddings is None else normalize_embeddings
         if device is not None and torch.device(device) != self.device:
             self.to(device)
         keep_on_device = convert_to_tensor or not convert_to_numpy
         output_device = self.device if keep_on_device else torch.device("cpu")
-        if show_progress_bar is None:
-            show_progress_bar = len(inputs) >= PROGRESS_BAR_FROM
-        was_training = self.training
-        self.eval()
-        try:
-            with torch.inference_mode():  # as sentence-transformers: no autograd bookkeeping at all
-                result = encode_batches(
-                    inputs,
-                    tokenizer,
-                    max_length=self._encoding_max_length(tokenizer, max_length),
-                    batch_size=batch_size,
-                    label_index=label_index,
-                    normalize=normalize_embeddings,
-                    output_device=output_device,
-                    show_progress_bar=show_progress_bar,
-                )
-        finally:
-            self.train(was_training)
+        show_progress_bar = (
+            len(inputs) >= PROGRESS_BAR_FROM if show_progress_bar is None else show_progress_bar
+        )
+        # As sentence-transformers: no autograd bookkeeping at all; the mode the model was in is restored after.
+        with _in_eval_mode(self), torch.inference_mode():
+            result = encode_batches(
+                inputs,
+                tokenizer,
+                max_length=self._encoding_max_length(tokenizer, max_length),
+                batch_size=batch_size,
+                label_index=label_index,
+                normalize=normalize_embeddings,
+                output_device=output_device,
+                show_progress_bar=show_progress_bar,
+            )
         if result is None:  # no sentences
             result = torch.empty((0, *self._embedding_shape(label_index)), device=output_device)
         return _as_returned(result, single=single, keep_on_device=keep_on_device)
@@ -277,6 +275,21 @@ def _as_returned(result: torch.Tensor, *, single: bool, keep_on_device: bool):
     if single:
         result = result[0]
     return result if keep_on_device else result.numpy()
+
+
+@contextlib.contextmanager
+def _in_eval_mode(module: nn.Module) -> Iterator[None]:
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
+def _check_batch_size(batch_size) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
 
 
 def _is_single_input(sentences) -> bool:

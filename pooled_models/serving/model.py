@@ -145,24 +145,19 @@ class _ServedPooled(nn.Module):
         if isinstance(self.pooler, LabelTextModelPooler):
             self.pooler.after_loading(self)
 
-    @classmethod
-    def _own_name(cls, name: str) -> str | None:
+    def _own_name(self, name: str) -> str | None:
         """The name in PooledModelPooler of a checkpoint weight of the pooler, the cross-window pooler or the head,
-        or None."""
-        for prefix, target in cls.own_prefixes.items():
-            if name.startswith(prefix):
-                return target + name[len(prefix) :]
-        return None
+        or None. Read from the instance: a multi-task task's model sets its own prefixes (multitask_model.py)."""
+        return _name_under(self.own_prefixes, name)
 
-    @classmethod
-    def _renamed(cls, name: str) -> str:
-        return renamed_key(name, cls.legacy_key_mapping)
+    def _renamed(self, name: str) -> str:
+        return renamed_key(name, self.legacy_key_mapping)
 
     @classmethod
     def pooler_name(cls, checkpoint_name: str) -> str | None:
         """The name in PooledModelPooler of a checkpoint key (earlier layouts renamed), or None for the backbone's
         and ignored weights: how the document route (document_route.py) loads the pooler outside the engine."""
-        return cls._own_name(cls._renamed(checkpoint_name))
+        return _name_under(cls.own_prefixes, renamed_key(checkpoint_name, cls.legacy_key_mapping))
 
 
 class ServedPooledClassifier(_ServedPooled):
@@ -193,3 +188,11 @@ class ServedPooledModel(_ServedPooled):
     @staticmethod
     def pooled_parts(config):
         return build_pooler(config), None
+
+
+def _name_under(prefixes: dict[str, str], name: str) -> str | None:
+    """``name`` with the first of ``prefixes`` it starts with replaced by its target, or None."""
+    for prefix, target in prefixes.items():
+        if name.startswith(prefix):
+            return target + name[len(prefix) :]
+    return None

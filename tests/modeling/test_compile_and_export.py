@@ -243,9 +243,9 @@ def test_an_export_prints_none_of_the_exporters_notes_and_keeps_every_other_warn
     model = tiny_model("mean")
     original = export_module._Exported.forward
 
-    def forward_with_a_note(self, input_ids, attention_mask, token_type_ids=None):
+    def forward_with_a_note(self, *tensors):
         warnings.warn("the user's own note", UserWarning, stacklevel=1)
-        return original(self, input_ids, attention_mask, token_type_ids)
+        return original(self, *tensors)
 
     export_module._Exported.forward = forward_with_a_note
     try:

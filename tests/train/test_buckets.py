@@ -254,7 +254,7 @@ def _compiled_run(backbone, tmp_path, name, *flags):
 
 
 @pytest.mark.slow  # two short compiled runs (dynamo traces; the eager backend generates no code)
-def test_a_compiled_model_meets_only_the_bucket_shapes(monkeypatch, tmp_path, tiny_backbone_path, capsys):
+def test_a_compiled_model_meets_only_the_bucket_shapes(tmp_path, tiny_backbone_path, capsys):
     result, graphs = _compiled_run(tiny_backbone_path, tmp_path, "buckets", "--pad_to_buckets", "true")
     out = capsys.readouterr().out
     buckets = tuple(int(n) for n in out.split("length buckets (")[1].split(" tokens")[0].split(", "))
@@ -265,8 +265,10 @@ def test_a_compiled_model_meets_only_the_bucket_shapes(monkeypatch, tmp_path, ti
     )  # dynamo's default would make it 2 (static, dynamic)
     assert "length buckets" in (result.output_dir / "README.md").read_text()
     # The control: the same compiled run without buckets, each shape compiled statically as buckets are: more graphs.
-    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
-    _, unbucketed = _compiled_run(tiny_backbone_path, tmp_path, "longest", "--pad_to_buckets", "false")
+    with torch._dynamo.config.patch(
+        automatic_dynamic_shapes=False
+    ):  # restored after: later tests compile too
+        _, unbucketed = _compiled_run(tiny_backbone_path, tmp_path, "longest", "--pad_to_buckets", "false")
     assert unbucketed > len(buckets), unbucketed
 
 

@@ -449,10 +449,13 @@ def test_continuing_the_saved_model_takes_its_descriptions_and_refuses_others(de
     evaluate = ["--validation_file", str(data), "--do_eval"]
     same = described_file(tmp_path, ".json", DESCRIBED)
     evaluated = train(str(folder), tmp_path / "again", *evaluate, "--label_descriptions", str(same))
-    saved = json.loads((evaluated.output_dir / "config.json").read_text())["label_descriptions"]
+    # The same descriptions change nothing: no copy is published (issue 48), the model keeps its own.
+    assert not (evaluated.output_dir / "config.json").exists()
+    saved = json.loads((folder / "config.json").read_text())["label_descriptions"]
     assert saved == {name: DESCRIBED[name] for name in LABELS}
-    kept = train(str(folder), tmp_path / "kept", *evaluate)  # none given: the model's own
-    assert PooledForSequenceClassification.from_pretrained(kept.output_dir).config.label_descriptions == saved
+    kept = train(str(folder), tmp_path / "kept", *evaluate)  # none given: the model's own, evaluated as it is
+    assert "eval_accuracy" in kept.metrics and not (kept.output_dir / "config.json").exists()
+    assert PooledForSequenceClassification.from_pretrained(folder).config.label_descriptions == saved
     other = described_file(tmp_path, ".csv", {**DESCRIBED, "music": "tunes"})
     with pytest.raises(
         UsageError, match=r"its settings cannot change \(label_descriptions=\{.*'music': 'tunes'"

@@ -439,9 +439,8 @@ def test_the_zero_shot_files_cut_rows_are_reported_as_the_training_files_are(min
     assert split.truncated == 2
     caplog.clear()
     ZeroShotEvaluation(rows, minilm_tokenizer, max_length=16)
-    assert caplog.messages == [
-        "zero_shot file unseen.csv: 2 of 4 rows are longer than 16 tokens and were truncated."
-    ]
+    cut = [message for message in caplog.messages if "truncated" in message]
+    assert cut == ["zero_shot file unseen.csv: 2 of 4 rows are longer than 16 tokens and were truncated."]
     caplog.clear()
-    ZeroShotEvaluation(rows, minilm_tokenizer, max_length=64)  # control: nothing cut, nothing said
-    assert caplog.messages == []
+    ZeroShotEvaluation(rows, minilm_tokenizer, max_length=64)  # control: nothing cut, nothing said of it
+    assert [message for message in caplog.messages if "truncated" in message] == []

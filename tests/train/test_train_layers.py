@@ -34,6 +34,7 @@ LAYERS = [
         "demo",
         "batch_layout",
         "zero_shot_eval",
+        "loss_guard",
     },
     {"arguments", "tasks", "options", "__init__"},
 ]

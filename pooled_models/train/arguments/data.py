@@ -9,12 +9,10 @@ from typing import Literal
 
 from ...errors import UsageError
 from ...modeling.problem_types import PROBLEM_TYPES
+from .defaults import DEFAULT_KEPT_COLUMN
 from .model import JSONValue
 
-__all__ = ["DataArguments", "DEFAULT_KEPT_COLUMN"]
-
-# The test file's column that predictions.jsonl carries without being asked (keep_columns): a row's own key.
-DEFAULT_KEPT_COLUMN = "id"
+__all__ = ["DataArguments"]
 
 
 @dataclass

@@ -11,6 +11,8 @@ from ...modeling.label_token_layers import ONE_WAY
 from ...modeling.registry import LABEL_TOKEN_INITS
 
 __all__ = [
+    "SAMPLING_STRATEGIES",
+    "DEFAULT_KEPT_COLUMN",
     "FEW_EXAMPLES_PER_LABEL",
     "FEW_EXAMPLES_POOLING",
     "MULTI_LABEL_DEFAULT_LOSS",
@@ -76,3 +78,10 @@ def part_default(option: str) -> Any:
 def defaults_to(option: str) -> str:
     """``Defaults to 3.0.``: the sentence that ends the help of a part's setting, from the part's own default."""
     return f"Defaults to {part_default(option)}."
+
+
+# The test file's column carried into predictions.jsonl without being named (--keep_columns names others).
+DEFAULT_KEPT_COLUMN = "id"
+
+# How a multi-task run draws its next batch's task (--task_sampling; data/multitask.py).
+SAMPLING_STRATEGIES = ("proportional", "temperature", "round_robin")

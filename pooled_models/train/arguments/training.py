@@ -13,7 +13,7 @@ from transformers import TrainingArguments
 from ...errors import UsageError
 from ...thresholds import AVERAGES, DEFAULT_THRESHOLD
 from ..options import TRAINING_OPTIONS, require_number
-from .defaults import ASYMMETRIC_UNTUNED_THRESHOLD, FEW_EXAMPLES_PER_LABEL
+from .defaults import ASYMMETRIC_UNTUNED_THRESHOLD, FEW_EXAMPLES_PER_LABEL, SAMPLING_STRATEGIES
 from .documents import DocumentArguments, check_document_arguments
 from .speed import SpeedArguments, check_speed_arguments
 
@@ -31,9 +31,6 @@ __all__ = [
     "uses_an_accelerator",
     "SAMPLING_STRATEGIES",
 ]
-
-# --task_sampling: which task each batch of a multi-task run comes from (data/sampling.py).
-SAMPLING_STRATEGIES = ("proportional", "temperature", "round_robin")
 
 
 # --tune_thresholds: how train.py chooses the multi-label decision threshold(s) on the validation split.

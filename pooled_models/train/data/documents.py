@@ -95,23 +95,8 @@ def choose_document_mode(
     user chose; ``saved``: the config of the model the run starts from, or None; ``run_length``: the run's text
     length, asked for only when the window is not given)."""
     given_mode = args.document_mode  # None: train.py's default, DOCUMENT_MODE_DEFAULT
-    saved_window = getattr(saved, "document_window", None)
     if saved is not None:
-        if given_mode == "false" and saved_window is not None:
-            raise UsageError(
-                f"--document_mode false: the model starts from a model saved in document mode (document_window="
-                f"{saved_window}), whose settings cannot change. Start from its backbone to train without it."
-            )
-        if saved_window is None:
-            if given_mode == "true":
-                raise UsageError(
-                    "--document_mode true: the model starts from a trained model saved without document mode, whose "
-                    "settings cannot change. Start from its backbone (--document_mode true --document_window N)."
-                )
-            return DocumentMode(False, "off: the model was saved without document mode")
-        return DocumentMode(
-            True, "on: the model was saved in document mode", saved_window, saved.document_stride
-        )
+        return _saved_document_mode(saved, given_mode)
     given = [name for name in DOCUMENT_MODEL_SETTINGS if settings.get(name) is not None]
     if given_mode == "false" and given:
         raise UsageError(
@@ -154,6 +139,25 @@ def choose_document_mode(
         return DocumentMode(True, reason, window, stride, share)
     reason = f"off (auto: {counted}, fewer than {DOCUMENT_MODE_MIN_LONG_SHARE:.0%}; --document_mode true reads them)"
     return DocumentMode(False, reason, long_share=share)
+
+
+def _saved_document_mode(saved, given_mode: str | None) -> DocumentMode:
+    """A run from a saved pooled model keeps its document mode (its settings cannot change); a contrary
+    --document_mode is refused by name."""
+    saved_window = getattr(saved, "document_window", None)
+    if given_mode == "false" and saved_window is not None:
+        raise UsageError(
+            f"--document_mode false: the model starts from a model saved in document mode (document_window="
+            f"{saved_window}), whose settings cannot change. Start from its backbone to train without it."
+        )
+    if saved_window is None:
+        if given_mode == "true":
+            raise UsageError(
+                "--document_mode true: the model starts from a trained model saved without document mode, whose "
+                "settings cannot change. Start from its backbone (--document_mode true --document_window N)."
+            )
+        return DocumentMode(False, "off: the model was saved without document mode")
+    return DocumentMode(True, "on: the model was saved in document mode", saved_window, saved.document_stride)
 
 
 def _other_run(tasks) -> str | None:

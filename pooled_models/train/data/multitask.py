@@ -15,7 +15,7 @@ from torch.utils.data import ConcatDataset
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
 from ...modeling.configuration_multitask import TOKEN
-from ..arguments.training import SAMPLING_STRATEGIES
+from ..arguments.defaults import SAMPLING_STRATEGIES
 from .batching import length_grouped_batches
 from .buckets import bucket_for
 

@@ -9,7 +9,7 @@ from datasets import List, Value
 
 from ...errors import DataError, UsageError, where
 from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
-from ..arguments.data import DEFAULT_KEPT_COLUMN
+from ..arguments.defaults import DEFAULT_KEPT_COLUMN
 from .batching import tokenizing_fingerprint
 from .files import Split, limit_rows, load_splits
 from .labels import Labels, describe_feature

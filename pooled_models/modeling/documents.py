@@ -164,8 +164,9 @@ def document_batch(
             batch[name][row, span] = torch.tensor(values, dtype=torch.long)
             if name == "input_ids":
                 batch["attention_mask"][row, span] = 1
-    batch["document_windows"] = _layout(counts)
-    return batch
+    # The layout first: Trainer counts a batch's rows from its first tensor (find_batch_size), and weights the
+    # evaluation loss by them: one row per document, not per window.
+    return {"document_windows": _layout(counts), **batch}
 
 
 def _layout(counts: list[int]) -> torch.Tensor:

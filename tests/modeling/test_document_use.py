@@ -10,6 +10,7 @@ import pytest
 import torch
 from helpers import PAD_ID, rendered_card, run_without_package, tiny_backbone_config, tiny_model
 from transformers import AutoModel, AutoTokenizer, Trainer, TrainingArguments, pipeline
+from transformers.trainer_pt_utils import find_batch_size
 
 from pooled_models import (
     DocumentCollator,
@@ -109,6 +110,9 @@ def test_trainer_with_the_collator_learns_and_trains_backbone_and_cross_window_p
     collator = DocumentCollator(tokenizer)
     batch = collator(rows[:4])
     assert batch["labels"].dtype == torch.long and batch["document_windows"].shape[0] == 4
+    # Trainer counts a batch's rows from its first tensor (the evaluation loss is weighted by them): documents, not
+    # the windows of input_ids, which are more.
+    assert batch["input_ids"].shape[0] > 4 and find_batch_size(batch) == 4
     model(**batch).loss.backward()
     for part in (
         model.backbone.embeddings.word_embeddings,

@@ -35,13 +35,19 @@ def token_budget_batches(
             for start in range(0, len(rows), SORTED_GROUP_ROWS)
             for row in sorted(rows[start : start + SORTED_GROUP_ROWS], key=lambda index: -lengths[index])
         ]
+    return _cut_in_turn(rows, lengths, max_tokens, padded)
+
+
+def _cut_in_turn(rows: Sequence[int], lengths: Sequence[int], budget: int, padded: bool) -> list[list[int]]:
+    """``rows`` cut, in their order, into batches that cost at most ``budget`` (``padded``: rows x the batch's
+    longest; else the sum of their lengths; a row costs at least 1); a row past the budget makes a batch alone."""
     batches: list[list[int]] = []
     batch: list[int] = []
     used = longest = 0
     for row in rows:
         length = max(lengths[row], 1)
         cost = (len(batch) + 1) * max(longest, length) if padded else used + length
-        if batch and cost > max_tokens:
+        if batch and cost > budget:
             batches.append(batch)
             batch, used, longest = [], 0, 0
         batch.append(row)
@@ -75,16 +81,4 @@ def consecutive_budget_batches(order: Sequence[int], sizes: Sequence[int], budge
     Consecutive, so the batches read in turn give the rows in ``order``."""
     if budget < 1:
         raise ValueError(f"budget must be at least 1, got {budget}.")
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    used = 0
-    for row in order:
-        size = max(sizes[row], 1)
-        if batch and used + size > budget:
-            batches.append(batch)
-            batch, used = [], 0
-        batch.append(row)
-        used += size
-    if batch:
-        batches.append(batch)
-    return batches
+    return _cut_in_turn(order, sizes, budget, padded=False)

@@ -242,6 +242,20 @@ def test_compiled_bf16_and_checkpointed_document_models_give_the_eager_scores():
     assert model.backbone.encoder.layer[0].attention.self.query.weight.grad is not None
 
 
+def test_fp16_and_a_resized_vocabulary_keep_a_document_models_scores():
+    model = tiny_model("mean", document_window=12, document_pooling="transformer")
+    batch = document_batch([{"input_ids": [[7, 8, 9], [10, 11]]}, {"input_ids": [[20, 21, 22, 23]]}], PAD_ID)
+    with torch.no_grad():
+        expected = model(**batch).logits
+        half = tiny_model("mean", document_window=12, document_pooling="transformer").to(torch.float16)
+        torch.testing.assert_close(half(**batch).logits.float(), expected, atol=2e-2, rtol=2e-2)
+        vocabulary = model.get_input_embeddings().num_embeddings
+        model.resize_token_embeddings(vocabulary + 8)
+        assert model.get_input_embeddings().num_embeddings == vocabulary + 8
+        # the documents' tokens keep their vectors, and the cross-window pooler is untouched
+        torch.testing.assert_close(model(**batch).logits, expected)
+
+
 def test_lora_saves_the_cross_window_pooler_with_the_adapter(tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..modeling.configuration_multitask import SEQUENCE
+from ..modeling.documents import DocumentCollator
 from ..modeling.modeling_pooled import PooledForSequenceClassification
 from ..modeling.packing import packing_refusal
 from ..modeling.text_config import text_config_of
@@ -25,7 +26,6 @@ from .arguments.speed import choice
 from .data import TaskData, check_token_ids
 from .data.batching import token_lengths
 from .data.buckets import bucket_lengths
-from .data.documents import DocumentRowsCollator
 from .data.flat import FlatCollator
 from .data.multitask import TaskCollator
 
@@ -200,7 +200,7 @@ def collator_for(
     """The run's data collator: padding-free batches, document mode's windows, or each task's padded rows (to
     buckets where given)."""
     if documents:
-        return DocumentRowsCollator(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
+        return DocumentCollator(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
     if padding_free:
         return FlatCollator()
     if buckets is None:  # padded to each batch's longest text, as ever

@@ -63,7 +63,7 @@ def test_a_document_run_saves_a_document_model_that_reads_every_window(
         "predict": [],
     }  # (documents, windows) of each batch
     phase = ["train"]
-    original = train_documents.DocumentRowsCollator.__call__
+    original = DocumentCollator.__call__
 
     def spy(self, features):
         batch = original(self, features)
@@ -74,7 +74,7 @@ def test_a_document_run_saves_a_document_model_that_reads_every_window(
         def on_train_end(self, *args, **kwargs):
             phase[0] = "predict"
 
-    monkeypatch.setattr(train_documents.DocumentRowsCollator, "__call__", spy)
+    monkeypatch.setattr(DocumentCollator, "__call__", spy)
     flags = [
         *data_flags(tmp_path, rows),
         *WINDOW,

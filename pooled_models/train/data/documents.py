@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import DataError, UsageError, where
 from ...modeling.configuration_multitask import SEQUENCE
 from ...modeling.document_settings import default_stride
-from ...modeling.documents import DocumentCollator, tokenize_documents
+from ...modeling.documents import tokenize_documents
 from ..arguments.documents import DOCUMENT_MODE_DEFAULT, DOCUMENT_MODE_MIN_LONG_SHARE
 from .batching import token_lengths, tokenizing_fingerprint
 
@@ -44,7 +44,6 @@ __all__ = [
     "document_lines",
     "refuse_off_settings",
     "tokenize_document_task",
-    "DocumentRowsCollator",
     "document_card_rows",
 ]
 
@@ -306,17 +305,3 @@ def document_card_rows(documents: DocumentMode, args, window_budget: int | None)
     read = "all" if args.eval_max_windows is None else f"the first {args.eval_max_windows}"
     rows["windows read in evaluation and prediction"] = read
     return rows
-
-
-class DocumentRowsCollator:
-    """train.py's collator in document mode: modeling/documents.py's ``DocumentCollator`` (the flat batch of the
-    documents' windows and ``document_windows``), with ``document_windows`` first in the batch: Trainer counts a
-    batch's rows by its first tensor (``find_batch_size``), which must count documents, not windows (the evaluation
-    loss is a mean over documents)."""
-
-    def __init__(self, tokenizer, pad_to_multiple_of: int | None = None):
-        self.collator = DocumentCollator(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
-
-    def __call__(self, features):
-        batch = self.collator(features)
-        return {"document_windows": batch.pop("document_windows"), **batch}

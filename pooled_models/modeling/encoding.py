@@ -257,6 +257,9 @@ class SentenceEncoderMixin:
             # and vLLM then take the tokenizer's limit, as every other path does.
             stated = getattr(self.config, "max_seq_length", None)
             max_seq_length = None if stated is None else self.max_text_length()
+            # Document mode: sentence-transformers reads one row a text, so at most one window (the model warns that
+            # the rest goes unread), never a row longer than the windows the model was trained on.
+            max_seq_length = getattr(self.config, "document_window", None) or max_seq_length
             write_sentence_transformers_files(
                 save_directory,
                 normalize=bool(getattr(self.config, "normalize_embeddings", False)),

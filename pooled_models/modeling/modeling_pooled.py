@@ -47,7 +47,7 @@ from .problem_types import infer_problem_type
 from .targets import as_label_tensor, check_labels
 from .text_config import text_config_of
 from .text_length import text_length
-from .window_pooling import WindowPooler, build_document_pooler
+from .window_pooling import WindowPooler, build_document_pooler, warn_rows_may_be_cut
 
 # The settings that choose a model's modules; the others are settings of the chosen ones.
 CHOSEN = ("pooling", "classifier_head", "num_labels")
@@ -261,6 +261,7 @@ class PooledPreTrainedModel(CheckpointLoading, BackboneRunner, PreTrainedModel):
         tokens and label text): what ``PooledModel`` returns as ``pooler_output``, also from a classifier (before its
         head)."""
         document_windows = kwargs.pop("document_windows", None)
+        warn_rows_may_be_cut(self, input_ids if input_ids is not None else inputs_embeds, document_windows)
         inputs = self._model_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, None, kwargs
         )
@@ -329,6 +330,7 @@ class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
         `pooler_output` holds one vector per document; the hidden states stay per window.
         """
         document_windows = kwargs.pop("document_windows", None)
+        warn_rows_may_be_cut(self, input_ids if input_ids is not None else inputs_embeds, document_windows)
         inputs = self._model_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions, kwargs
         )
@@ -434,6 +436,7 @@ class PooledForSequenceClassification(SentenceEncoderMixin, PooledPreTrainedMode
         (documents.py): the logits and the loss are one per document.
         """
         document_windows = kwargs.pop("document_windows", None)
+        warn_rows_may_be_cut(self, input_ids if input_ids is not None else inputs_embeds, document_windows)
         inputs = self._model_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions, kwargs
         )

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
+from transformers.utils import logging
 
 from .inputs import checks_values
 from .pooling import attention_pool, masked_extreme, masked_sum, require_int
@@ -43,7 +44,10 @@ __all__ = [
     "DocumentPooler",
     "NoDocuments",
     "build_document_pooler",
+    "warn_rows_may_be_cut",
 ]
+
+logger = logging.get_logger(__name__)
 
 WINDOW_POOLINGS = Registry("document_pooling")
 # The start of the learned scale of the transformer's sinusoidal window positions: small next to a pooled vector.
@@ -283,6 +287,29 @@ class NoDocuments(nn.Module):
                 "it with from_pretrained(folder, document_window=...) to read documents in windows."
             )
         return vectors
+
+
+def warn_rows_may_be_cut(model, rows: torch.Tensor | None, document_windows: torch.Tensor | None) -> None:
+    """Warn once per model where a model in document mode reads rows as long as its window without
+    ``document_windows``: each row is then a document of one window, so a text cut to fit (as sentence-transformers'
+    ``SentenceTransformer(folder)`` cuts it at ``max_seq_length``) is read from its first window only, a different
+    score from the whole document's. Shapes only (no value read back from the device); not in compiled graphs."""
+    window = getattr(model.config, "document_window", None)
+    if window is None or document_windows is not None or rows is None or torch.compiler.is_compiling():
+        return
+    if (
+        rows.ndim < 2
+        or rows.shape[1] < window - model.pooler.added_tokens
+        or getattr(model, "_warned_cut", False)
+    ):
+        return
+    model._warned_cut = True
+    logger.warning(
+        f"{type(model).__name__} is in document mode (document_window={window}) and got rows of {rows.shape[1]} "
+        "tokens without document_windows: each row is read as a document of one window, so a text cut to fit is read "
+        "from its first window only. pipeline(...), model.encode(...) and batches of DocumentCollator read every "
+        "window of a document."
+    )
 
 
 def build_document_pooler(config, width: int) -> nn.Module:

@@ -324,3 +324,29 @@ def test_the_model_card_states_the_window_settings(tmp_path):
         assert row in card
     assert "| `document_transformer_layers` | `2` |" in card
     assert "document_window" not in card_of()
+
+
+def test_a_text_cut_to_one_window_outside_the_document_route_is_warned_of(tokenizer, tmp_path):
+    """sentence-transformers cuts a text at max_seq_length and calls forward without document_windows: the model
+    reads the first window only, which it says (once), while encode reads the whole text."""
+    from sentence_transformers import SentenceTransformer
+    from transformers.testing_utils import CaptureLogger
+
+    from pooled_models.modeling import window_pooling
+
+    saved_document_model(tmp_path, tokenizer, model_class=PooledModel, document_pooling="mean")
+    text = long_text(200)
+    with CaptureLogger(window_pooling.logger) as short_call:
+        SentenceTransformer(str(tmp_path), device="cpu").encode([SHORT[0]])
+    assert "document mode" not in short_call.out
+    loaded = SentenceTransformer(str(tmp_path), device="cpu")
+    with CaptureLogger(window_pooling.logger) as long_call:
+        cut = torch.from_numpy(loaded.encode([text, text]))
+    assert long_call.out.count("read from its first window only") == 1  # once per model
+    model = AutoModel.from_pretrained(tmp_path)
+    first_window = tokenize_documents(tokenizer, [text], 24, 4)["input_ids"][0][:1]
+    with torch.no_grad():
+        expected = model(**document_batch([{"input_ids": first_window}], PAD_ID)).pooler_output[0]
+    torch.testing.assert_close(cut[0], expected, atol=1e-5, rtol=1e-5)
+    whole = torch.from_numpy(model.encode([text]))[0]
+    assert not torch.allclose(cut[0], whole, atol=1e-3)

@@ -12,7 +12,11 @@ The arms, each trained by train.py as a user calls it (the packaged all-MiniLM-L
 epochs, batch size and seeds; only the flags in ``ARM_FLAGS`` differ), then scored on the test split:
 
 * ``tf-idf + logistic regression``: scikit-learn on the whole text (word 1-2 grams, C chosen on validation);
+* ``tf-idf + logistic regression, cut``: the same on texts cut at ``--window`` tokens: what the words past the window
+  are worth to a classifier of words;
 * ``cut``: today's model, the text cut at ``--window`` tokens (``--max_seq_length``);
+* ``cut at twice the window``: the same model reading twice as many tokens in one window: whether the model uses the
+  words past the window when it can read them at all;
 * ``head+tail``: the text cut by hand before train.py reads it, its first quarter of ``--window`` tokens and its last
   three quarters kept (Sun et al. 2019's best head+tail split at 512, scaled), as a user without document mode would;
 * ``document, <pooling>``: document mode (``--document_mode true --document_window W``), every window read, with
@@ -50,9 +54,11 @@ from corpora.manpages import write_manpages  # noqa: E402  (bench/ is this scrip
 csv.field_size_limit(sys.maxsize)  # a manual page's description can run past csv's 131,072 characters
 
 TFIDF, CUT, HEAD_TAIL = "tf-idf + logistic regression", "cut", "head+tail"
+TFIDF_CUT, CUT_TWICE = "tf-idf + logistic regression, cut", "cut at twice the window"
 DOCUMENT_POOLINGS = ("mean", "max", "attention", "transformer")
 DOCUMENT_ARMS = tuple(f"document, {pooling}" for pooling in DOCUMENT_POOLINGS)
-ARMS = (TFIDF, CUT, HEAD_TAIL, *DOCUMENT_ARMS)
+ARMS = (TFIDF, TFIDF_CUT, CUT, CUT_TWICE, HEAD_TAIL, *DOCUMENT_ARMS)
+UNSEEDED = (TFIDF, TFIDF_CUT)  # no seed changes TF-IDF + logistic regression
 SPLITS = ("train", "validation", "test")
 # The settings under which arms of several invocations go into one table.
 SAME_CORPUS_AND_TRAINING = ("window", "epochs", "batch_size", "per_section", "data_seed")
@@ -69,9 +75,14 @@ def minilm_path() -> str:
 def arm_flags(arm: str, window: int) -> list[str]:
     """The train.py flags of an arm beyond the shared ones."""
     if arm in (CUT, HEAD_TAIL):
-        return ["--document_mode", "false"]
+        return ["--document_mode", "false", "--max_seq_length", str(window)]
+    if arm == CUT_TWICE:
+        return ["--document_mode", "false", "--max_seq_length", str(2 * window)]
     pooling = arm.removeprefix("document, ")
-    return ["--document_mode", "true", "--document_window", str(window), "--document_pooling", pooling]
+    return [
+        "--document_mode", "true", "--max_seq_length", str(window),
+        "--document_window", str(window), "--document_pooling", pooling,
+    ]  # fmt: skip
 
 
 def read_rows(folder: Path) -> dict[str, list[dict[str, str]]]:
@@ -94,6 +105,13 @@ def write_rows(folder: Path, rows: dict[str, list[dict[str, str]]]) -> None:
 def token_counts(texts: list[str], tokenizer) -> list[int]:
     """Each text's length in tokens with the special tokens, as a window counts them."""
     return [len(ids) for ids in tokenizer(texts, truncation=False, verbose=False)["input_ids"]]
+
+
+def head_only(text: str, tokenizer, window: int) -> str:
+    """The text's first window of tokens (special tokens aside), as text."""
+    ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+    room = window - tokenizer.num_special_tokens_to_add()
+    return text if len(ids) <= room else tokenizer.decode(ids[:room])
 
 
 def head_and_tail(text: str, tokenizer, window: int) -> str:
@@ -196,7 +214,6 @@ def run_train_py(data: Path, output_dir: Path, seed: int, flags: list[str], args
         "--do_train", "--do_predict",
         "--num_train_epochs", str(args.epochs),
         "--per_device_train_batch_size", str(args.batch_size),
-        "--max_seq_length", str(args.window),
         "--save_strategy", "no",
         "--seed", str(seed),
         "--disable_tqdm", "true",
@@ -212,9 +229,9 @@ def run_train_py(data: Path, output_dir: Path, seed: int, flags: list[str], args
 
 
 def run_arm(arm: str, rows, folders: dict[str, Path], seed: int, work: Path, args) -> tuple[list[str], dict]:
-    if arm == TFIDF:
+    if arm in UNSEEDED:
         started = time.perf_counter()
-        predicted = run_tfidf(rows)
+        predicted = run_tfidf(rows if arm == TFIDF else read_rows(folders[TFIDF_CUT]))
         return predicted, {"seconds": time.perf_counter() - started}
     data = folders[HEAD_TAIL] if arm == HEAD_TAIL else folders["whole"]
     output_dir = work / f"{arm.replace(', ', '_').replace(' ', '_')}_{seed}"
@@ -231,10 +248,10 @@ def corpus(args, work: Path):
         write_manpages(args.data, max_per_section=args.per_section, seed=args.data_seed)
     rows = read_rows(Path(args.data))
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    cut = {split: [{**row, "text": head_and_tail(row["text"], tokenizer, args.window)} for row in part]
-           for split, part in rows.items()}  # fmt: skip
-    folders = {"whole": Path(args.data), HEAD_TAIL: work / "head_tail"}
-    write_rows(folders[HEAD_TAIL], cut)
+    folders = {"whole": Path(args.data), HEAD_TAIL: work / "head_tail", TFIDF_CUT: work / "head"}
+    for arm, cut in ((HEAD_TAIL, head_and_tail), (TFIDF_CUT, head_only)):
+        write_rows(folders[arm], {split: [{**row, "text": cut(row["text"], tokenizer, args.window)} for row in part]
+                                  for split, part in rows.items()})  # fmt: skip
     lengths = {split: token_counts([row["text"] for row in part], tokenizer) for split, part in rows.items()}
     return rows, folders, lengths
 
@@ -326,7 +343,7 @@ def accuracy_report(args, work: Path, command: str) -> dict:
         "corpus": describe_corpus(rows, lengths, args.window),
     }
     for arm in args.arms:
-        for seed in [0] if arm == TFIDF else args.seeds:  # no seed changes TF-IDF + logistic regression
+        for seed in [0] if arm in UNSEEDED else args.seeds:
             predicted, metrics = run_arm(arm, rows, folders, seed, work, args)
             run = {"seed": seed, "seconds": metrics["seconds"], "scores": scores(gold, predicted, long)}
             print(f"{arm} seed {seed}: {run['scores']}", flush=True)

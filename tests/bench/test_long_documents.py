@@ -1,0 +1,62 @@
+"""bench/long_documents.py: the arms read what their names say. The controls of issue 46's benchmark (TF-IDF on the
+text cut at the window, the model cut at twice the window) are what tell whether a corpus has words past the window
+worth reading, so a control that read the wrong text would make the benchmark's conclusion wrong."""
+
+import csv
+import json
+
+import long_documents
+from long_documents import CUT, CUT_TWICE, HEAD_TAIL, TFIDF, TFIDF_CUT, arm_flags, head_only, main
+
+FILLER = " ".join(
+    ["the program reads its input and writes its output"] * 30
+)  # ~270 tokens, the same for both
+
+
+def write_split(folder, name, rows):
+    with (folder / f"{name}.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["text", "label"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_each_arm_reads_text_at_its_own_length():
+    def length(flags):
+        return int(flags[flags.index("--max_seq_length") + 1])
+
+    assert length(arm_flags(CUT, 128)) == length(arm_flags(HEAD_TAIL, 128)) == 128
+    assert length(arm_flags(CUT_TWICE, 128)) == 256
+    document = arm_flags("document, mean", 128)
+    assert length(document) == 128 and document[document.index("--document_window") + 1] == "128"
+
+
+def test_head_only_keeps_the_first_window_of_tokens():
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(long_documents.minilm_path())
+    short = "The open() system call opens a file."
+    assert head_only(short, tokenizer, 128) == short
+    head = head_only(FILLER + " alpha", tokenizer, 128)
+    assert len(tokenizer(head)["input_ids"]) == 128
+    assert FILLER.startswith(head) and "alpha" not in head
+
+
+def test_tfidf_on_the_cut_text_misses_the_words_past_the_window(tmp_path):
+    """The label's word sits past the first window of 128 tokens: TF-IDF on the whole text finds it, on the cut text
+    it cannot, and the stored report says so, arm by arm."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, count in (("train", 20), ("validation", 10), ("test", 10)):
+        rows = [
+            {"text": f"{FILLER} {word}", "label": word} for word in ("alpha", "beta") for _ in range(count)
+        ]
+        rows += [{"text": f"a short text on {word}", "label": word} for word in ("alpha", "beta")] * 3
+        write_split(data, split, rows)
+    output = tmp_path / "results"
+    main(["--data", str(data), "--output", str(output), "--arms", TFIDF, TFIDF_CUT])
+    arms = json.loads((output / "report.json").read_text())["arms"]
+    whole, cut = (arms[arm]["runs"][0]["scores"] for arm in (TFIDF, TFIDF_CUT))
+    assert whole["long_accuracy"] == 1.0
+    # cut, every long text is the same filler: one label for all of them, right on half
+    assert cut["long_accuracy"] == 0.5
+    assert f"| {TFIDF_CUT} | 1 |" in (output / "report.md").read_text()

@@ -22,6 +22,7 @@ __all__ = [
     "LengthGroupedRowSampler",
     "length_grouped_batches",
     "restore_input_order",
+    "tokenized",
     "tokenizing_fingerprint",
 ]
 
@@ -154,6 +155,21 @@ def restore_input_order(outputs, order: Sequence[int]):
     if isinstance(outputs, torch.Tensor):
         return outputs[torch.from_numpy(inverse)]
     return np.asarray(outputs)[inverse]
+
+
+def tokenized(
+    dataset: Dataset, encode: Callable, tokenizer, description: str, with_indices: bool = False
+) -> Dataset:
+    """``dataset`` mapped in batches by ``encode``, its columns replaced by what ``encode`` returns, cached under
+    :func:`tokenizing_fingerprint` (every split of every task kind is tokenized so)."""
+    return dataset.map(
+        encode,
+        batched=True,
+        with_indices=with_indices,
+        remove_columns=dataset.column_names,
+        desc=description,
+        new_fingerprint=tokenizing_fingerprint(dataset, encode, tokenizer),
+    )
 
 
 def tokenizing_fingerprint(dataset: Dataset, function: Callable, tokenizer) -> str | None:

@@ -26,7 +26,7 @@ from ...modeling.configuration_multitask import SEQUENCE
 from ...modeling.document_settings import default_stride
 from ...modeling.documents import tokenize_documents
 from ..arguments.documents import DOCUMENT_MODE_DEFAULT, DOCUMENT_MODE_MIN_LONG_SHARE
-from .batching import token_lengths, tokenizing_fingerprint
+from .batching import token_lengths, tokenized
 
 if TYPE_CHECKING:  # annotations only
     from . import TaskData
@@ -199,13 +199,8 @@ def tokenize_windows(
                 raise _no_token(source, text_column, indices[position], texts[position])
         return documents
 
-    encoded = split.dataset.map(
-        encode,
-        batched=True,
-        with_indices=True,
-        remove_columns=split.dataset.column_names,
-        desc=f"Cutting {split.name} into windows",
-        new_fingerprint=tokenizing_fingerprint(split.dataset, encode, tokenizer),
+    encoded = tokenized(
+        split.dataset, encode, tokenizer, f"Cutting {split.name} into windows", with_indices=True
     )
     if split.targets is not None:
         encoded = encoded.add_column("labels", split.targets, feature=split.target_feature)

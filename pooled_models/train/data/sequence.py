@@ -10,7 +10,7 @@ from datasets import List, Value
 from ...errors import DataError, UsageError, where
 from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ..arguments.defaults import DEFAULT_KEPT_COLUMN
-from .batching import tokenizing_fingerprint
+from .batching import tokenized
 from .files import Split, limit_rows, load_splits
 from .labels import Labels, describe_feature
 
@@ -187,13 +187,7 @@ def tokenize(split: Split, tokenizer, text_column: str, pair_column: str | None,
         full["truncated"] = [row in long_set for row in range(len(texts))]
         return full
 
-    encoded = split.dataset.map(
-        encode,
-        batched=True,
-        remove_columns=split.dataset.column_names,
-        desc=f"Tokenizing {split.name}",
-        new_fingerprint=tokenizing_fingerprint(split.dataset, encode, tokenizer),
-    )
+    encoded = tokenized(split.dataset, encode, tokenizer, f"Tokenizing {split.name}")
     split.truncated = sum(encoded["truncated"])
     encoded = encoded.remove_columns("truncated")
     if split.targets is not None:  # "labels" is the column Trainer hands to the model's loss

@@ -11,7 +11,7 @@ import numpy as np
 from datasets import Dataset, Features, Sequence, Value
 
 from ...errors import DataError, UsageError, where
-from .batching import tokenizing_fingerprint
+from .batching import tokenized
 from .files import Split, limit_rows, load_splits, read_file
 
 __all__ = [
@@ -288,14 +288,7 @@ def tokenize_words(
             ]
         return dict(encoded)
 
-    encoded = split.dataset.map(
-        encode,
-        batched=True,
-        with_indices=True,
-        remove_columns=split.dataset.column_names,
-        desc=f"Tokenizing {split.name}",
-        new_fingerprint=tokenizing_fingerprint(split.dataset, encode, tokenizer),
-    )
+    encoded = tokenized(split.dataset, encode, tokenizer, f"Tokenizing {split.name}", with_indices=True)
     split.truncated = sum(encoded["truncated"])
     split.encoded = encoded.remove_columns("truncated")
     if split.truncated:

@@ -29,14 +29,12 @@ from transformers import initialization as init
 from transformers.utils import logging
 
 from .inputs import checks_values
-from .pooling import attention_pool, masked_extreme, masked_sum, require_int
+from .pooling import attention_pool, reduce_max, reduce_mean, require_int
 from .registry import Component, Registry
 
 __all__ = [
     "WINDOW_POOLINGS",
     "WindowPooler",
-    "pool_windows_mean",
-    "pool_windows_max",
     "sinusoidal_positions",
     "default_transformer_heads",
     "gather_documents",
@@ -52,17 +50,6 @@ logger = logging.get_logger(__name__)
 WINDOW_POOLINGS = Registry("document_pooling")
 # The start of the learned scale of the transformer's sinusoidal window positions: small next to a pooled vector.
 POSITION_SCALE_START = 0.1
-
-
-def pool_windows_mean(vectors: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[N, W, D]``, ``[N, W]`` (True: a real window) -> the mean of the real windows, ``[N, D]`` (float32 sums)."""
-    counts = mask.sum(dim=1, keepdim=True).clamp(min=1).float()
-    return (masked_sum(vectors, mask) / counts).to(vectors.dtype)
-
-
-def pool_windows_max(vectors: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[N, W, D]``, ``[N, W]`` -> the element-wise maximum over the real windows; padded windows never win."""
-    return masked_extreme(vectors, mask, largest=True)
 
 
 def sinusoidal_positions(count: int, width: int, device, dtype) -> torch.Tensor:
@@ -113,10 +100,10 @@ class WindowPooler(nn.Module, Component):
 
 @WINDOW_POOLINGS.register("mean")
 class MeanWindowPooler(WindowPooler):
-    """The mean of the windows' vectors, every window counted once."""
+    """The mean of the windows' vectors, every window counted once (the token mean's reduction, float32 sums)."""
 
     def reduce(self, vectors, mask):
-        return pool_windows_mean(vectors, mask)
+        return reduce_mean(vectors, mask)
 
 
 @WINDOW_POOLINGS.register("max")
@@ -124,7 +111,7 @@ class MaxWindowPooler(WindowPooler):
     """The element-wise maximum over the windows (the cross-segment pooling of LexGLUE's hierarchical models)."""
 
     def reduce(self, vectors, mask):
-        return pool_windows_max(vectors, mask)
+        return reduce_max(vectors, mask)  # padded windows never win, as padded tokens
 
 
 @WINDOW_POOLINGS.register("attention")
@@ -217,7 +204,7 @@ class TransformerWindowPooler(WindowPooler):
         attends = keys[:, None, None, :]
         for layer in self.layers:
             states = layer(states, attends)
-        return pool_windows_max(states, mask)
+        return reduce_max(states, mask)
 
 
 def gather_documents(

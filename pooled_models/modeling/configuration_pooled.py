@@ -236,8 +236,10 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
             `document_window - 1`. Defaults to `document_window // 8`.
         document_pooling (`str`, *optional*):
             Document mode: how the windows' vectors become the document's: `"mean"`, `"max"`, `"attention"` (a
-            learned weighting) or `"transformer"` (a small transformer over the windows with their positions, then
-            the maximum). Defaults to `"mean"`.
+            learned weighting), `"transformer"` (a small transformer over the windows with their positions, then
+            the maximum) or `"first_plus_rest"` (the first window's vector plus the attention-weighted rest through
+            a learned gate that starts at zero: the model starts as the model reading one window). Defaults to
+            `"mean"`.
         document_transformer_layers (`int`, *optional*):
             `document_pooling="transformer"` only. Its layers. Defaults to 2.
         document_transformer_heads (`int`, *optional*):

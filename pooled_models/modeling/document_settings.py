@@ -23,7 +23,7 @@ __all__ = [
     "default_stride",
 ]
 
-DEFAULT_DOCUMENT_POOLING = "mean"
+DEFAULT_DOCUMENT_POOLING = "first_plus_rest"
 # What only document mode reads (document_window switches it on).
 DOCUMENT_SETTINGS = ("document_stride", "document_pooling", *sorted(WINDOW_POOLINGS.every_option()))
 

@@ -61,7 +61,7 @@ def document_model(pooling: str = "mean", document_pooling: str = "mean", **sett
 
 def test_document_settings_default_and_refuse_with_the_valid_values():
     config = PooledConfig(document_window=64)
-    assert (config.document_stride, config.document_pooling) == (8, "mean")
+    assert (config.document_stride, config.document_pooling) == (8, "first_plus_rest")
     assert PooledConfig(document_window=64, document_pooling="transformer").document_transformer_layers == 2
     assert PooledConfig().document_pooling is None  # off: nothing filled in
     refusals = {
@@ -69,7 +69,7 @@ def test_document_settings_default_and_refuse_with_the_valid_values():
             "document_stride": 8
         },
         r"document_stride=16 must be an integer from 0 to 15": {"document_window": 16, "document_stride": 16},
-        r"Unknown document_pooling 'sum'. Valid choices: attention, max, mean, transformer": {
+        r"Unknown document_pooling 'sum'. Valid choices: attention, first_plus_rest, max, mean, transformer": {
             "document_window": 16,
             "document_pooling": "sum",
         },
@@ -192,6 +192,9 @@ def test_cross_window_poolers_match_an_independent_computation_over_the_real_win
         "max": lambda windows: windows.max(dim=0).values,
         "attention": lambda windows: reference_attention(pooler, windows),
         "transformer": lambda windows: reference_transformer(pooler, windows),
+        "first_plus_rest": lambda windows: (
+            windows[0] + pooler.gate * (reference_attention(pooler, windows[1:]) if len(windows) > 1 else 0)
+        ),
     }
     with torch.no_grad():
         pooled = pooler(vectors, mask)
@@ -266,19 +269,44 @@ def test_a_text_in_one_window_gets_the_scores_of_the_model_without_document_mode
         torch.testing.assert_close(
             model(rows["input_ids"], rows["attention_mask"]).logits, expected, atol=1e-6, rtol=1e-6
         )
-    if document_pooling in (
-        "mean",
-        "max",
-        "attention",
-    ):  # the same after training: pooling one vector is that vector
+    if (
+        document_pooling
+        in (
+            "mean",
+            "max",
+            "attention",
+            "first_plus_rest",
+        )
+    ):  # the same after training: pooling one vector is that vector (first_plus_rest: a one-window rest adds 0)
         perturbed(model)
         with torch.no_grad():
             torch.testing.assert_close(model(**rows).logits, expected, atol=1e-6, rtol=1e-6)
 
 
+def test_first_plus_rest_starts_as_the_model_reading_the_first_window_and_learns_from_the_rest():
+    model = tiny_model("attention", document_window=12, document_pooling="first_plus_rest")  # as built
+    documents = random_documents([4, 2, 1], seed=5)
+    firsts = [{"input_ids": document["input_ids"][:1]} for document in documents]
+    with torch.no_grad():
+        whole = model(**document_batch(documents, PAD_ID)).logits
+        torch.testing.assert_close(
+            whole, model(**document_batch(firsts, PAD_ID)).logits, atol=1e-6, rtol=1e-6
+        )
+    # the gate takes a gradient at zero, so training can open it; then the rest of a document counts
+    labels = torch.tensor([1, 0, 1])
+    model(**document_batch(documents, PAD_ID), labels=labels).loss.backward()
+    assert model.document_pooler.across.gate.grad.abs().sum() > 0
+    perturbed(model)
+    with torch.no_grad():
+        opened = model(**document_batch(documents, PAD_ID)).logits
+    assert not torch.allclose(opened[:2], model(**document_batch(firsts[:2], PAD_ID)).logits, atol=1e-4)
+
+
 @pytest.mark.parametrize("backbone", ["roberta", "modernbert"])
 def test_positions_restart_in_every_window(backbone):
-    model = tiny_model("mean", backbone=backbone, model_class=PooledModel, document_window=12)
+    model = tiny_model(
+        "mean", backbone=backbone, model_class=PooledModel, document_window=12, document_pooling="mean"
+    )
     documents = random_documents([3], seed=4)
     batch = document_batch(documents, PAD_ID, padding_side="left")
     with torch.no_grad():

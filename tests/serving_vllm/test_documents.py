@@ -127,7 +127,9 @@ def test_a_document_embedder_embeds_as_encode(minilm_path, tmp_path):
 def test_offline_classify_reads_documents_and_a_window_past_the_engine_is_refused_at_load(
     minilm_path, tmp_path
 ):
-    folder = save_checkpoint(tmp_path, AutoTokenizer.from_pretrained(minilm_path), "mean", **DOCUMENT)
+    # first_plus_rest (the default), its gate moved off zero by save_checkpoint: the windows past the first count
+    settings = {**DOCUMENT, "document_pooling": "first_plus_rest"}
+    folder = save_checkpoint(tmp_path, AutoTokenizer.from_pretrained(minilm_path), "mean", **settings)
     texts = [MATCH * 20, "I love this."]
     with offline_engine(folder) as llm:
         served = torch.tensor([output.outputs.probs for output in llm.classify(texts, use_tqdm=False)])

@@ -82,6 +82,8 @@ def test_a_document_run_saves_a_document_model_that_reads_every_window(
         "3",
         "--max_windows_per_batch",
         "6",
+        "--document_pooling",  # every window weighs from the start: the control below sees the windows past 3
+        "mean",
     ]
     flags += ["--per_device_eval_batch_size", "4"]
     result = train(tiny_backbone_path, tmp_path / "out", *flags, callbacks=[Predicting()])

@@ -14,13 +14,16 @@ epochs, batch size and seeds; only the flags in ``ARM_FLAGS`` differ), then scor
 * ``tf-idf + logistic regression``: scikit-learn on the whole text (word 1-2 grams, C chosen on validation);
 * ``tf-idf + logistic regression, cut``: the same on texts cut at ``--window`` tokens: what the words past the window
   are worth to a classifier of words;
+* ``minilm vectors + logistic regression, first window / mean of windows / first and mean``: the pretrained
+  backbone's window vectors, not fine-tuned (bench/long_documents_vectors.py): whether the backbone's own vectors
+  carry the label past the first window, whatever the training recipe;
 * ``cut``: today's model, the text cut at ``--window`` tokens (``--max_seq_length``);
 * ``cut at twice the window``: the same model reading twice as many tokens in one window: whether the model uses the
   words past the window when it can read them at all;
 * ``head+tail``: the text cut by hand before train.py reads it, its first quarter of ``--window`` tokens and its last
   three quarters kept (Sun et al. 2019's best head+tail split at 512, scaled), as a user without document mode would;
 * ``document, <pooling>``: document mode (``--document_mode true --document_window W``), every window read, with
-  each cross-window pooling (mean, max, attention, transformer).
+  each cross-window pooling (mean, max, attention, transformer, first_plus_rest).
 
 Accuracy and macro-F1 overall and on the long and short documents, mean and standard deviation over seeds. The
 timing part (``--timing``, or alone with ``--timing-only``: bench/long_documents_timing.py) measures one document's
@@ -50,15 +53,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from corpora.manpages import write_manpages  # noqa: E402  (bench/ is this script's folder)
+from long_documents_vectors import VECTOR_ARMS, run_vectors  # noqa: E402
 
 csv.field_size_limit(sys.maxsize)  # a manual page's description can run past csv's 131,072 characters
 
 TFIDF, CUT, HEAD_TAIL = "tf-idf + logistic regression", "cut", "head+tail"
 TFIDF_CUT, CUT_TWICE = "tf-idf + logistic regression, cut", "cut at twice the window"
-DOCUMENT_POOLINGS = ("mean", "max", "attention", "transformer")
+DOCUMENT_POOLINGS = ("mean", "max", "attention", "transformer", "first_plus_rest")
 DOCUMENT_ARMS = tuple(f"document, {pooling}" for pooling in DOCUMENT_POOLINGS)
-ARMS = (TFIDF, TFIDF_CUT, CUT, CUT_TWICE, HEAD_TAIL, *DOCUMENT_ARMS)
-UNSEEDED = (TFIDF, TFIDF_CUT)  # no seed changes TF-IDF + logistic regression
+ARMS = (TFIDF, TFIDF_CUT, *VECTOR_ARMS, CUT, CUT_TWICE, HEAD_TAIL, *DOCUMENT_ARMS)
+UNSEEDED = (TFIDF, TFIDF_CUT, *VECTOR_ARMS)  # no seed changes logistic regression on fixed features
 SPLITS = ("train", "validation", "test")
 # The settings under which arms of several invocations go into one table.
 SAME_CORPUS_AND_TRAINING = ("window", "epochs", "batch_size", "per_section", "data_seed")
@@ -231,7 +235,10 @@ def run_train_py(data: Path, output_dir: Path, seed: int, flags: list[str], args
 def run_arm(arm: str, rows, folders: dict[str, Path], seed: int, work: Path, args) -> tuple[list[str], dict]:
     if arm in UNSEEDED:
         started = time.perf_counter()
-        predicted = run_tfidf(rows if arm == TFIDF else read_rows(folders[TFIDF_CUT]))
+        if arm in VECTOR_ARMS:
+            predicted = run_vectors(rows, arm, minilm_path(), args.window)
+        else:
+            predicted = run_tfidf(rows if arm == TFIDF else read_rows(folders[TFIDF_CUT]))
         return predicted, {"seconds": time.perf_counter() - started}
     data = folders[HEAD_TAIL] if arm == HEAD_TAIL else folders["whole"]
     output_dir = work / f"{arm.replace(', ', '_').replace(' ', '_')}_{seed}"

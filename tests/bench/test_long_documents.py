@@ -7,6 +7,7 @@ import json
 
 import long_documents
 from long_documents import CUT, CUT_TWICE, HEAD_TAIL, TFIDF, TFIDF_CUT, arm_flags, head_only, main
+from long_documents_vectors import VECTOR_ARMS
 
 FILLER = " ".join(
     ["the program reads its input and writes its output"] * 30
@@ -41,9 +42,8 @@ def test_head_only_keeps_the_first_window_of_tokens():
     assert FILLER.startswith(head) and "alpha" not in head
 
 
-def test_tfidf_on_the_cut_text_misses_the_words_past_the_window(tmp_path):
-    """The label's word sits past the first window of 128 tokens: TF-IDF on the whole text finds it, on the cut text
-    it cannot, and the stored report says so, arm by arm."""
+def label_word_past_the_window(tmp_path):
+    """Long texts of the same filler whose label's word is their last; short texts that name it."""
     data = tmp_path / "data"
     data.mkdir()
     for split, count in (("train", 20), ("validation", 10), ("test", 10)):
@@ -52,6 +52,13 @@ def test_tfidf_on_the_cut_text_misses_the_words_past_the_window(tmp_path):
         ]
         rows += [{"text": f"a short text on {word}", "label": word} for word in ("alpha", "beta")] * 3
         write_split(data, split, rows)
+    return data
+
+
+def test_tfidf_on_the_cut_text_misses_the_words_past_the_window(tmp_path):
+    """The label's word sits past the first window of 128 tokens: TF-IDF on the whole text finds it, on the cut text
+    it cannot, and the stored report says so, arm by arm."""
+    data = label_word_past_the_window(tmp_path)
     output = tmp_path / "results"
     main(["--data", str(data), "--output", str(output), "--arms", TFIDF, TFIDF_CUT])
     arms = json.loads((output / "report.json").read_text())["arms"]
@@ -60,3 +67,27 @@ def test_tfidf_on_the_cut_text_misses_the_words_past_the_window(tmp_path):
     # cut, every long text is the same filler: one label for all of them, right on half
     assert cut["long_accuracy"] == 0.5
     assert f"| {TFIDF_CUT} | 1 |" in (output / "report.md").read_text()
+
+
+def test_the_backbones_first_window_vector_misses_the_word_past_the_window_and_the_windows_mean_finds_it(
+    tmp_path,
+):
+    first, mean, both = VECTOR_ARMS
+    output = tmp_path / "results"
+    main(
+        [
+            "--data",
+            str(label_word_past_the_window(tmp_path)),
+            "--output",
+            str(output),
+            "--arms",
+            first,
+            mean,
+            both,
+        ]
+    )
+    arms = json.loads((output / "report.json").read_text())["arms"]
+    scores = {arm: arms[arm]["runs"][0]["scores"] for arm in VECTOR_ARMS}
+    assert scores[first]["long_accuracy"] == 0.5  # every long text's first window is the same filler
+    assert scores[mean]["long_accuracy"] == scores[both]["long_accuracy"] == 1.0
+    assert scores[first]["short_accuracy"] == 1.0

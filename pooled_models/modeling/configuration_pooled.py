@@ -239,7 +239,7 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
             learned weighting), `"transformer"` (a small transformer over the windows with their positions, then
             the maximum) or `"first_plus_rest"` (the first window's vector plus the attention-weighted rest through
             a learned gate that starts at zero: the model starts as the model reading one window). Defaults to
-            `"mean"`.
+            `"first_plus_rest"`.
         document_transformer_layers (`int`, *optional*):
             `document_pooling="transformer"` only. Its layers. Defaults to 2.
         document_transformer_heads (`int`, *optional*):

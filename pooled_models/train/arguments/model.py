@@ -266,7 +266,7 @@ class ModelArguments:
         None,
         "Document mode: how the windows' vectors become the document's: mean, max, attention (a learned "
         "weighting), transformer (a small transformer over the windows with their positions) or first_plus_rest "
-        "(the first window plus the rest through a learned gate that starts at zero). Defaults to mean.",
+        "(the first window plus the rest through a learned gate that starts at zero). Defaults to first_plus_rest.",
     )
     document_transformer_layers: int | None = _setting(
         None, "document_pooling transformer only. Its layers. Defaults to 2."

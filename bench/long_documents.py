@@ -5,7 +5,9 @@
     python bench/long_documents.py --timing-only                     # time and memory per document alone
 
 The corpus: Debian's manual pages by section (bench/corpora/manpages.py: each page's DESCRIPTION, six sections
-named in words, ``--per-section`` pages each, split 60/20/20 with the data seed). A document is *long* when it has
+named in words, ``--per-section`` pages each, split 60/20/20 with the data seed), or with ``--corpus kernel-docs`` the
+Linux kernel's documentation by top-level folder (bench/corpora/kernel_docs.py, ``--per-section`` pages a folder at
+most, from Debian's linux-doc-6.1 package; ``--doc-dir`` where it is unpacked). A document is *long* when it has
 more than ``--window`` tokens with the backbone's special tokens, so the cut model never reads all of it.
 
 The arms, each trained by train.py as a user calls it (the packaged all-MiniLM-L6-v2, train.py's defaults, the same
@@ -52,7 +54,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from corpora.manpages import write_manpages  # noqa: E402  (bench/ is this script's folder)
+from corpora.kernel_docs import DOC_DIR, write_kernel_docs  # noqa: E402  (bench/ is this script's folder)
+from corpora.manpages import write_manpages  # noqa: E402
 from long_documents_vectors import VECTOR_ARMS, run_vectors  # noqa: E402
 
 csv.field_size_limit(sys.maxsize)  # a manual page's description can run past csv's 131,072 characters
@@ -65,7 +68,11 @@ ARMS = (TFIDF, TFIDF_CUT, *VECTOR_ARMS, CUT, CUT_TWICE, HEAD_TAIL, *DOCUMENT_ARM
 UNSEEDED = (TFIDF, TFIDF_CUT, *VECTOR_ARMS)  # no seed changes logistic regression on fixed features
 SPLITS = ("train", "validation", "test")
 # The settings under which arms of several invocations go into one table.
-SAME_CORPUS_AND_TRAINING = ("window", "epochs", "batch_size", "per_section", "data_seed")
+SAME_CORPUS_AND_TRAINING = ("corpus", "window", "epochs", "batch_size", "per_section", "data_seed")
+CORPORA = {
+    "manpages": "Debian manual pages by section",
+    "kernel-docs": "the Linux kernel's documentation by folder",
+}
 
 
 def minilm_path() -> str:
@@ -252,7 +259,12 @@ def corpus(args, work: Path):
 
     if args.data is None:
         args.data = work / "manpages"
-        write_manpages(args.data, max_per_section=args.per_section, seed=args.data_seed)
+        if args.corpus == "kernel-docs":
+            write_kernel_docs(
+                args.data, directory=args.doc_dir, max_per_folder=args.per_section, seed=args.data_seed
+            )
+        else:
+            write_manpages(args.data, max_per_section=args.per_section, seed=args.data_seed)
     rows = read_rows(Path(args.data))
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     folders = {"whole": Path(args.data), HEAD_TAIL: work / "head_tail", TFIDF_CUT: work / "head"}
@@ -302,7 +314,13 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--epochs", type=float, default=2, help="training epochs, the same for every arm")
     parser.add_argument("--batch-size", type=int, default=16, help="training batch size (documents)")
-    parser.add_argument("--per-section", type=int, default=80, help="manual pages per section")
+    parser.add_argument("--corpus", choices=sorted(CORPORA), default="manpages", help="which corpus to build")
+    parser.add_argument(
+        "--per-section", type=int, default=80, help="manual pages per section (kernel-docs: pages per folder)"
+    )
+    parser.add_argument(
+        "--doc-dir", type=Path, default=DOC_DIR, help="kernel-docs: the Documentation folder of linux-doc-6.1"
+    )
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the corpus' draw and split")
     parser.add_argument(
         "--data", type=Path, default=None, help="a folder of train/validation/test.csv instead"
@@ -368,7 +386,8 @@ def merged_with_stored(report: dict, path: Path) -> dict:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stored = json.loads(path.read_text()) if path.exists() else None
         if stored is None or any(
-            stored["settings"].get(key) != report["settings"][key] for key in SAME_CORPUS_AND_TRAINING
+            stored["settings"].get(key, "manpages" if key == "corpus" else None) != report["settings"][key]
+            for key in SAME_CORPUS_AND_TRAINING  # reports from before --corpus are of the manual pages
         ):
             report["commands"] = [report["command"]]
         else:
@@ -393,7 +412,7 @@ def render(report: dict) -> str:
     lines = [
         *(f"Command: {command}" for command in report.get("commands", [report["command"]])),
         "",
-        f"Corpus: Debian manual pages by section ({', '.join(corpus_['labels'])}); documents "
+        f"Corpus: {CORPORA[report['settings'].get('corpus', 'manpages')]} ({', '.join(corpus_['labels'])}); documents "
         f"train/validation/test {corpus_['documents']['train']}/{corpus_['documents']['validation']}/"
         f"{corpus_['documents']['test']}; all-MiniLM-L6-v2 tokens: median {corpus_['median_tokens']:.0f}, p90 "
         f"{corpus_['p90_tokens']}, max {corpus_['max_tokens']}; longer than 256: {corpus_['share_over_256']:.0%}, "

@@ -302,6 +302,24 @@ def test_first_plus_rest_starts_as_the_model_reading_the_first_window_and_learns
     assert not torch.allclose(opened[:2], model(**document_batch(firsts[:2], PAD_ID)).logits, atol=1e-4)
 
 
+def test_a_classifier_put_into_document_mode_keeps_its_first_window_scores_until_trained(tmp_path):
+    tiny_model("attention").save_pretrained(tmp_path)  # no document mode: no gate in the checkpoint
+    model = PooledForSequenceClassification.from_pretrained(tmp_path, document_window=12).eval()
+    assert model.config.document_pooling == "first_plus_rest"  # the default
+    documents = random_documents([4, 2], seed=6)
+    firsts = [{"input_ids": document["input_ids"][:1]} for document in documents]
+    with torch.no_grad():
+        whole = model(**document_batch(documents, PAD_ID)).logits
+        torch.testing.assert_close(
+            whole, model(**document_batch(firsts, PAD_ID)).logits, atol=1e-6, rtol=1e-6
+        )
+        # control: the mean across windows, loaded the same way, reads the rest at once
+        mean = PooledForSequenceClassification.from_pretrained(
+            tmp_path, document_window=12, document_pooling="mean"
+        ).eval()
+        assert not torch.allclose(mean(**document_batch(documents, PAD_ID)).logits, whole, atol=1e-4)
+
+
 @pytest.mark.parametrize("backbone", ["roberta", "modernbert"])
 def test_positions_restart_in_every_window(backbone):
     model = tiny_model(

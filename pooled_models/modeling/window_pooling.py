@@ -128,15 +128,15 @@ class AttentionWindowPooler(WindowPooler):
 
 
 @WINDOW_POOLINGS.register("first_plus_rest")
-class FirstPlusRestWindowPooler(WindowPooler):
-    """The first window's vector, plus the attention-weighted mean of the other windows through a learned gate, one
-    number per dimension, that starts at zero: the model starts as the model cut at one window, and the rest of the
-    document adds only what training finds it worth. Why: on manual pages a page's first window says the most, and
-    the mean or a free attention over every window trained below the cut model (docs/long-documents.md)."""
+class FirstPlusRestWindowPooler(AttentionWindowPooler):
+    """The first window's vector, plus the attention-weighted mean of the other windows (``attention``'s scorer)
+    through a learned gate, one number per dimension, that starts at zero: the model starts as the model cut at one
+    window, and the rest of the document adds only what training finds it worth. Why: on manual pages a page's first
+    window says the most, and the mean or a free attention over every window trained below the cut model
+    (docs/long-documents.md)."""
 
     def __init__(self, config, width):
         super().__init__(config, width)
-        self.scorer = nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 1))
         self.gate = nn.Parameter(torch.zeros(width))
 
     def init_parameters(self, config, input_embeddings=None) -> None:
@@ -146,7 +146,7 @@ class FirstPlusRestWindowPooler(WindowPooler):
         later = torch.arange(vectors.shape[1], device=vectors.device) > 0
         rest_mask = mask & later
         # A document of one window has no rest: every score is masked, and the weighted sum of zeroed values is 0.
-        rest = attention_pool(self.scorer(vectors), vectors, rest_mask)[:, 0]
+        rest = super().reduce(vectors, rest_mask)
         return vectors[:, 0] + self.gate.to(vectors.dtype) * rest
 
 

@@ -206,14 +206,26 @@ def test_the_zero_shot_pipeline_scores_a_documents_vector_against_label_texts(to
 
 # -- export and seams -----------------------------------------------------------------------------------------------
 
+# The poolings whose start hides part of them (the transformer starts as the identity, first_plus_rest's gate at
+# zero): each seam is tried with them moved off their start, where a lost or mistyped parameter changes the scores.
+STARTS_HIDE_PARTS = ["transformer", "first_plus_rest"]
 
-def test_onnx_exports_window_encoder_and_cross_window_pooling_exactly(tmp_path):
-    import onnxruntime
 
-    model = tiny_model("mean", document_window=12, document_pooling="transformer")
+def moved_document_model(document_pooling: str):
+    """A tiny document model, its cross-window pooler moved off its start by a seeded draw."""
+    model = tiny_model("mean", document_window=12, document_pooling=document_pooling)
+    generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for parameter in model.document_pooler.parameters():
-            parameter.add_(0.3 * torch.randn_like(parameter))
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
+    return model
+
+
+@pytest.mark.parametrize("document_pooling", STARTS_HIDE_PARTS)
+def test_onnx_exports_window_encoder_and_cross_window_pooling_exactly(document_pooling, tmp_path):
+    import onnxruntime
+
+    model = moved_document_model(document_pooling)
     path = export_onnx(model, tmp_path / "model.onnx")  # verified on batches of 1 to 3 documents
     batch = document_batch(
         [{"input_ids": [[7, 8, 9, 10], [11, 12], [13, 14, 15]]}, {"input_ids": [[20, 21, 22]]}], PAD_ID
@@ -227,14 +239,15 @@ def test_onnx_exports_window_encoder_and_cross_window_pooling_exactly(tmp_path):
         torch.testing.assert_close(torch.from_numpy(logits), model(**batch).logits, atol=1e-4, rtol=1e-4)
 
 
-def test_compiled_bf16_and_checkpointed_document_models_give_the_eager_scores():
-    model = tiny_model("mean", document_window=12, document_pooling="transformer")
+@pytest.mark.parametrize("document_pooling", STARTS_HIDE_PARTS)
+def test_compiled_bf16_and_checkpointed_document_models_give_the_eager_scores(document_pooling):
+    model = moved_document_model(document_pooling)
     batch = document_batch([{"input_ids": [[7, 8, 9], [10, 11]]}, {"input_ids": [[20, 21, 22, 23]]}], PAD_ID)
     with torch.no_grad():
         expected = model(**batch).logits
         compiled = torch.compile(model, fullgraph=True, backend="eager")
         torch.testing.assert_close(compiled(**batch).logits, expected, atol=1e-5, rtol=1e-5)
-        half = tiny_model("mean", document_window=12, document_pooling="transformer").to(torch.bfloat16)
+        half = moved_document_model(document_pooling).to(torch.bfloat16)
         torch.testing.assert_close(half(**batch).logits.float(), expected, atol=5e-2, rtol=5e-2)
     model.train()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -242,12 +255,13 @@ def test_compiled_bf16_and_checkpointed_document_models_give_the_eager_scores():
     assert model.backbone.encoder.layer[0].attention.self.query.weight.grad is not None
 
 
-def test_fp16_and_a_resized_vocabulary_keep_a_document_models_scores():
-    model = tiny_model("mean", document_window=12, document_pooling="transformer")
+@pytest.mark.parametrize("document_pooling", STARTS_HIDE_PARTS)
+def test_fp16_and_a_resized_vocabulary_keep_a_document_models_scores(document_pooling):
+    model = moved_document_model(document_pooling)
     batch = document_batch([{"input_ids": [[7, 8, 9], [10, 11]]}, {"input_ids": [[20, 21, 22, 23]]}], PAD_ID)
     with torch.no_grad():
         expected = model(**batch).logits
-        half = tiny_model("mean", document_window=12, document_pooling="transformer").to(torch.float16)
+        half = moved_document_model(document_pooling).to(torch.float16)
         torch.testing.assert_close(half(**batch).logits.float(), expected, atol=2e-2, rtol=2e-2)
         vocabulary = model.get_input_embeddings().num_embeddings
         model.resize_token_embeddings(vocabulary + 8)
@@ -256,11 +270,12 @@ def test_fp16_and_a_resized_vocabulary_keep_a_document_models_scores():
         torch.testing.assert_close(model(**batch).logits, expected)
 
 
-def test_lora_saves_the_cross_window_pooler_with_the_adapter(tmp_path):
+@pytest.mark.parametrize("document_pooling", ["attention", "first_plus_rest"])
+def test_lora_saves_the_cross_window_pooler_with_the_adapter(document_pooling, tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
 
     def fresh():
-        return tiny_model("mean", document_window=12, document_pooling="attention")
+        return tiny_model("mean", document_window=12, document_pooling=document_pooling)
 
     model = get_peft_model(fresh(), LoraConfig(task_type="SEQ_CLS", target_modules=["query", "value"], r=4))
     trainable = [name for name, parameter in model.named_parameters() if parameter.requires_grad]
@@ -285,8 +300,9 @@ def test_lora_saves_the_cross_window_pooler_with_the_adapter(tmp_path):
 
 
 @pytest.mark.slow  # a fresh interpreter without the package
-def test_a_document_checkpoint_reads_whole_texts_without_the_package(tokenizer, tmp_path):
-    saved_document_model(tmp_path / "model", tokenizer, document_pooling="transformer")
+@pytest.mark.parametrize("document_pooling", STARTS_HIDE_PARTS)
+def test_a_document_checkpoint_reads_whole_texts_without_the_package(document_pooling, tokenizer, tmp_path):
+    saved_document_model(tmp_path / "model", tokenizer, document_pooling=document_pooling)
     texts = [long_text(300), SHORT[0]]
     expected = pipeline("text-classification", model=str(tmp_path / "model"), top_k=None)(texts, batch_size=2)
     script = f"""

@@ -56,7 +56,7 @@ sys.path.insert(0, str(REPO))
 
 from corpora.kernel_docs import DOC_DIR, write_kernel_docs  # noqa: E402  (bench/ is this script's folder)
 from corpora.manpages import write_manpages  # noqa: E402
-from long_documents_vectors import VECTOR_ARMS, run_vectors  # noqa: E402
+from long_documents_vectors import VECTOR_ARMS, chosen_logistic_regression, run_vectors  # noqa: E402
 
 csv.field_size_limit(sys.maxsize)  # a manual page's description can run past csv's 131,072 characters
 
@@ -69,6 +69,8 @@ UNSEEDED = (TFIDF, TFIDF_CUT, *VECTOR_ARMS)  # no seed changes logistic regressi
 SPLITS = ("train", "validation", "test")
 # The settings under which arms of several invocations go into one table.
 SAME_CORPUS_AND_TRAINING = ("corpus", "window", "epochs", "batch_size", "per_section", "data_seed")
+# What a report stored before a setting existed ran with.
+SETTINGS_BEFORE_THEY_EXISTED = {"corpus": "manpages"}
 CORPORA = {
     "manpages": "Debian manual pages by section",
     "kernel-docs": "the Linux kernel's documentation by folder",
@@ -160,20 +162,17 @@ def fit_tfidf(rows):
     """The TF-IDF vectorizer and the logistic regression (C chosen on validation accuracy) fitted on the training
     split."""
     from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import accuracy_score
 
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
     train = vectorizer.fit_transform([row["text"] for row in rows["train"]])
-    labels = [row["label"] for row in rows["train"]]
-    best, best_score = None, -1.0
-    for c in (1.0, 10.0, 100.0):
-        model = LogisticRegression(C=c, max_iter=3000).fit(train, labels)
-        predicted = model.predict(vectorizer.transform([row["text"] for row in rows["validation"]]))
-        score = accuracy_score([row["label"] for row in rows["validation"]], predicted)
-        if score > best_score:
-            best, best_score = model, score
-    return vectorizer, best
+    validation = vectorizer.transform([row["text"] for row in rows["validation"]])
+    model = chosen_logistic_regression(
+        train,
+        [row["label"] for row in rows["train"]],
+        validation,
+        [row["label"] for row in rows["validation"]],
+    )
+    return vectorizer, model
 
 
 def keeping_report(rows, lengths, args) -> str:
@@ -258,7 +257,7 @@ def corpus(args, work: Path):
     from transformers import AutoTokenizer
 
     if args.data is None:
-        args.data = work / "manpages"
+        args.data = work / args.corpus
         if args.corpus == "kernel-docs":
             write_kernel_docs(
                 args.data, directory=args.doc_dir, max_per_folder=args.per_section, seed=args.data_seed
@@ -386,8 +385,8 @@ def merged_with_stored(report: dict, path: Path) -> dict:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stored = json.loads(path.read_text()) if path.exists() else None
         if stored is None or any(
-            stored["settings"].get(key, "manpages" if key == "corpus" else None) != report["settings"][key]
-            for key in SAME_CORPUS_AND_TRAINING  # reports from before --corpus are of the manual pages
+            stored["settings"].get(key, SETTINGS_BEFORE_THEY_EXISTED.get(key)) != report["settings"][key]
+            for key in SAME_CORPUS_AND_TRAINING
         ):
             report["commands"] = [report["command"]]
         else:
@@ -412,7 +411,7 @@ def render(report: dict) -> str:
     lines = [
         *(f"Command: {command}" for command in report.get("commands", [report["command"]])),
         "",
-        f"Corpus: {CORPORA[report['settings'].get('corpus', 'manpages')]} ({', '.join(corpus_['labels'])}); documents "
+        f"Corpus: {CORPORA[report['settings'].get('corpus', SETTINGS_BEFORE_THEY_EXISTED['corpus'])]} ({', '.join(corpus_['labels'])}); documents "
         f"train/validation/test {corpus_['documents']['train']}/{corpus_['documents']['validation']}/"
         f"{corpus_['documents']['test']}; all-MiniLM-L6-v2 tokens: median {corpus_['median_tokens']:.0f}, p90 "
         f"{corpus_['p90_tokens']}, max {corpus_['max_tokens']}; longer than 256: {corpus_['share_over_256']:.0%}, "

@@ -38,6 +38,7 @@ __all__ = [
     "sinusoidal_positions",
     "default_transformer_heads",
     "gather_documents",
+    "document_gate_parameters",
     "check_document_windows",
     "DocumentPooler",
     "NoDocuments",
@@ -148,6 +149,12 @@ class FirstPlusRestWindowPooler(AttentionWindowPooler):
         # A document of one window has no rest: every score is masked, and the weighted sum of zeroed values is 0.
         rest = super().reduce(vectors, rest_mask)
         return vectors[:, 0] + self.gate.to(vectors.dtype) * rest
+
+
+def document_gate_parameters(model) -> set[int]:
+    """ids of the gates of every ``first_plus_rest`` pooler in ``model`` (PEFT's trained copies included): an
+    optimizer gives them a rate of their own (train.py's ``--document_gate_learning_rate``)."""
+    return {id(module.gate) for module in model.modules() if isinstance(module, FirstPlusRestWindowPooler)}
 
 
 class WindowTransformerLayer(nn.Module):

@@ -186,7 +186,7 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
-    document_rows = document_card_rows(documents, plan.trainer_args, window_budget)
+    document_rows = document_card_rows(documents, plan.trainer_args, window_budget, model)
     return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout, document_rows)
 
 

@@ -25,7 +25,10 @@ from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 from transformers.trainer_utils import speed_metrics
 
+from ..errors import UsageError
 from ..modeling.configuration_multitask import SEQUENCE
+from ..modeling.window_pooling import document_gate_parameters
+from .arguments.documents import document_gate_learning_rate
 from .data.batching import (
     LengthGroupedRowSampler,
     LengthSortedSampler,
@@ -340,8 +343,8 @@ class PooledTrainer(Trainer):
 
     def parameter_learning_rates(self, model) -> dict[int, float]:
         """id of a parameter -> its learning rate, for the parameters that may not train at ``args.learning_rate``:
-        the backbone's layers under layer-wise decay, each task's pooler and head, and label-token embeddings given
-        a rate of their own."""
+        the backbone's layers under layer-wise decay, each task's pooler and head, label-token embeddings given a
+        rate of their own, and first_plus_rest's gate (arguments/documents.py, DOCUMENT_GATE_RATE_FACTOR)."""
         rates: dict[int, float] = {}
         for option in TRAINING_OPTIONS.values():
             rates.update(option.learning_rates(model, self.args))
@@ -353,6 +356,7 @@ class PooledTrainer(Trainer):
         label_rate = getattr(self.args, "label_embedding_learning_rate", None)
         if label_rate is not None:
             rates.update(dict.fromkeys(label_embedding_parameters(model), label_rate))
+        rates.update(dict.fromkeys(document_gate_parameters(model), document_gate_learning_rate(self.args)))
         return rates
 
     def parameter_weight_decays(self, model) -> dict[int, float]:
@@ -457,6 +461,14 @@ def check_training_options(model, training_args) -> None:
     for option in TRAINING_OPTIONS.values():
         option.check_model(model, training_args)
     check_label_embedding_options(model, training_args)
+    if getattr(
+        training_args, "document_gate_learning_rate", None
+    ) is not None and not document_gate_parameters(model):
+        pooling = getattr(model.config, "document_pooling", None)
+        raise UsageError(
+            "--document_gate_learning_rate sets the rate of the gate of document_pooling 'first_plus_rest', but this "
+            f"model's document_pooling is {pooling!r}: leave it out, or choose first_plus_rest."
+        )
 
 
 def callbacks_for(training_args) -> list[TrainerCallback]:

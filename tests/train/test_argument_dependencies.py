@@ -62,6 +62,7 @@ VALUES = {
     "max_windows_per_document": ["4"],
     "window_keeping": ["spread"],
     "max_windows_per_batch": ["64"],
+    "document_gate_learning_rate": ["0.05"],
     "eval_max_windows": ["8"],
     "per_device_train_batch_size": ["4"],
     "gradient_accumulation_steps": ["2"],

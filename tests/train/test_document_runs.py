@@ -120,6 +120,41 @@ def test_a_document_run_saves_a_document_model_that_reads_every_window(
     assert (model_scores(folder, test_texts, max_windows=3) - predicted).abs().max() > 1e-4  # control
 
 
+@pytest.mark.parametrize("given, rate", [(None, 0.1), ("0.02", 0.02)])
+def test_first_plus_rest_trains_its_gate_at_ten_times_the_heads_rate_unless_told(
+    tiny_backbone_path, tmp_path, given, rate
+):
+    """The gate starts at zero and Adam moves it by about its rate a step: at the head's rate it barely opens
+    (arguments/documents.py, DOCUMENT_GATE_RATE_FACTOR). The rate the optimizer gives it, the card, and the gate
+    trained off zero."""
+    rates: dict[str, float] = {}
+
+    class Rates(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+            gate = model.classifier.document_pooler.across.gate
+            head = model.classifier.head.out_proj.weight
+            for group in optimizer.param_groups:
+                for name, parameter in (("gate", gate), ("head", head)):
+                    if any(parameter is member for member in group["params"]):
+                        rates[name] = group.get("initial_lr", group["lr"])
+
+    flags = [
+        *data_flags(tmp_path, long_rows(12)),
+        *WINDOW,
+        "--num_train_epochs",
+        "1",
+        "--per_device_train_batch_size",
+        "4",
+    ]
+    flags += ["--head_learning_rate", "0.01"] + (["--document_gate_learning_rate", given] if given else [])
+    folder = train(tiny_backbone_path, tmp_path / "out", *flags, callbacks=[Rates()]).output_dir
+    assert rates == {"gate": pytest.approx(rate), "head": pytest.approx(0.01)}
+    assert f"| learning rate (cross-window gate) | {rate:g} |" in (folder / "README.md").read_text()
+    model = PooledForSequenceClassification.from_pretrained(folder)
+    assert model.config.document_pooling == "first_plus_rest"
+    assert model.classifier.document_pooler.across.gate.abs().max() > 0
+
+
 def test_auto_turns_document_mode_on_from_the_share_of_long_training_texts(
     tiny_backbone_path, tmp_path, capsys
 ):
@@ -165,6 +200,15 @@ def test_auto_leaves_short_texts_cut_and_the_default_cuts_every_text(tiny_backbo
             "--document_window is a setting of document mode",
         ),
         (["--document_mode", "maybe"], "maybe"),
+        (
+            ["--document_mode", "false", "--document_gate_learning_rate", "0.1"],
+            "--document_gate_learning_rate is a setting of document mode",
+        ),
+        (
+            ["--document_window", "16", "--document_pooling", "max", "--document_gate_learning_rate", "0.1"],
+            "this model's document_pooling is 'max': leave it out, or choose first_plus_rest",
+        ),
+        (["--document_window", "16", "--document_gate_learning_rate", "0"], "must be a number > 0"),
         (["--document_window", "16", "--max_tokens_per_batch", "64"], "use --max_windows_per_batch instead"),
     ],
 )

@@ -128,6 +128,7 @@ TRAINING_ONLY = (
     "max_windows_per_document",
     "window_keeping",
     "max_windows_per_batch",
+    "document_gate_learning_rate",
 )
 
 # What only the final evaluation or prediction reads.

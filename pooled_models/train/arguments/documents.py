@@ -17,6 +17,8 @@ __all__ = [
     "DOCUMENT_MODE_MIN_LONG_SHARE",
     "MAX_WINDOWS_PER_DOCUMENT",
     "WINDOW_KEEPING_DEFAULT",
+    "DOCUMENT_GATE_RATE_FACTOR",
+    "document_gate_learning_rate",
     "check_document_arguments",
 ]
 
@@ -41,6 +43,12 @@ MAX_WINDOWS_PER_DOCUMENT = 8
 # within a page or two at the default cap of 8 windows (0.871-0.876, every window 0.880) and at 2; at 4, spread reads
 # 3 pages more. start_end keeps a page's opening and its close, where a summary and the closing notes sit.
 WINDOW_KEEPING_DEFAULT = "start_end"
+# first_plus_rest's gate (one number per dimension, from zero) trains at this many times the head's rate, unless
+# --document_gate_learning_rate says otherwise. Why: Adam moves a parameter by about its learning rate a step, so at
+# the head's rate (5e-3, warmed up and decayed) the gate of a 2-epoch run on the kernel docs had opened to 0.05 on
+# average (0.14 at most): the windows after the first were barely read, and the model scored as the cut one. At ten
+# times it opened to 0.4 (bench/results/long_documents, "document, first_plus_rest"; docs/long-documents.md).
+DOCUMENT_GATE_RATE_FACTOR = 10.0
 
 
 @dataclass
@@ -82,6 +90,15 @@ class DocumentArguments:
             "about per_device_train_batch_size documents."
         },
     )
+    document_gate_learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "Document mode, training, document_pooling first_plus_rest: the learning rate of the gate that "
+            "lets the windows after the first into the document's vector. Unset: "
+            f"{DOCUMENT_GATE_RATE_FACTOR:g} times head_learning_rate (measured: docs/long-documents.md), since "
+            "the gate starts at zero and Adam moves it by about its rate a step."
+        },
+    )
     eval_max_windows: int | None = field(
         default=None,
         metadata={
@@ -110,3 +127,15 @@ def check_document_arguments(args) -> None:
         number = getattr(args, name)
         if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
             raise UsageError(f"{name} must be a whole number >= 1 (or unset), got {number!r}.")
+    rate = args.document_gate_learning_rate
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0):
+        raise UsageError(f"document_gate_learning_rate must be a number > 0 (or unset), got {rate!r}.")
+
+
+def document_gate_learning_rate(args) -> float:
+    """The learning rate of first_plus_rest's gate: ``--document_gate_learning_rate``, else DOCUMENT_GATE_RATE_FACTOR
+    times the head's rate (the backbone's where the head has none of its own)."""
+    rate = getattr(args, "document_gate_learning_rate", None)
+    if rate is not None:
+        return rate
+    return DOCUMENT_GATE_RATE_FACTOR * (getattr(args, "head_learning_rate", None) or args.learning_rate)

@@ -25,7 +25,12 @@ from ...errors import DataError, UsageError, where
 from ...modeling.configuration_multitask import SEQUENCE
 from ...modeling.document_settings import default_stride
 from ...modeling.documents import tokenize_documents
-from ..arguments.documents import DOCUMENT_MODE_DEFAULT, DOCUMENT_MODE_MIN_LONG_SHARE
+from ...modeling.window_pooling import document_gate_parameters
+from ..arguments.documents import (
+    DOCUMENT_MODE_DEFAULT,
+    DOCUMENT_MODE_MIN_LONG_SHARE,
+    document_gate_learning_rate,
+)
 from .batching import token_lengths, tokenized
 
 if TYPE_CHECKING:  # annotations only
@@ -236,7 +241,7 @@ def refuse_off_settings(documents: DocumentMode, args) -> None:
                 "--max_windows_per_batch instead."
             )
         return
-    for name in ("max_windows_per_batch", "eval_max_windows"):
+    for name in ("max_windows_per_batch", "eval_max_windows", "document_gate_learning_rate"):
         if getattr(args, name) is not None:
             raise UsageError(
                 f"--{name} is a setting of document mode, which is {documents.reason}: leave it out, or set "
@@ -284,9 +289,9 @@ def document_lines(tasks, documents: DocumentMode, args, window_budget: int | No
     return [line + f"; evaluation and prediction read {read} of a document"]
 
 
-def document_card_rows(documents: DocumentMode, args, window_budget: int | None) -> dict[str, Any]:
+def document_card_rows(documents: DocumentMode, args, window_budget: int | None, model) -> dict[str, Any]:
     """The model card's "Training settings" rows of document mode: on or off and why, and (on) how many windows
-    training and evaluation read (the window, stride and cross-window pooling are rows of the card's pooling table,
+    training and evaluation read, and the rate of first_plus_rest's gate (the window, stride and cross-window pooling are rows of the card's pooling table,
     card/classifier.py)."""
     if not documents.on:
         return {"document mode": documents.reason} if args.document_mode is not None else {}
@@ -297,6 +302,8 @@ def document_card_rows(documents: DocumentMode, args, window_budget: int | None)
             f"at most {capped} ({args.window_keeping})" if capped else "all"
         )
         rows["windows per training batch"] = f"at most {window_budget}"
+        if document_gate_parameters(model):
+            rows["learning rate (cross-window gate)"] = document_gate_learning_rate(args)
     read = "all" if args.eval_max_windows is None else f"the first {args.eval_max_windows}"
     rows["windows read in evaluation and prediction"] = read
     return rows

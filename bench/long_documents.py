@@ -232,10 +232,21 @@ def run_train_py(data: Path, output_dir: Path, seed: int, flags: list[str], args
     ]  # fmt: skip
     started = time.perf_counter()
     result = train_py(argv)
-    metrics = {"seconds": time.perf_counter() - started, **result.metrics}
+    metrics = {"seconds": time.perf_counter() - started, **result.metrics, **gate_opening(output_dir)}
     with (output_dir / "predictions.jsonl").open(encoding="utf-8") as handle:
         predicted = [json.loads(line)["prediction"] for line in handle]
     return predicted, metrics
+
+
+def gate_opening(model_dir: Path) -> dict[str, float]:
+    """first_plus_rest's trained gate, as the mean and largest |value| over its dimensions (how far the windows after
+    the first were let in; it starts at 0); empty for another model."""
+    from safetensors.torch import load_file
+
+    gate = load_file(model_dir / "model.safetensors").get("classifier.document_pooler.across.gate")
+    return (
+        {} if gate is None else {"gate_mean": gate.abs().mean().item(), "gate_max": gate.abs().max().item()}
+    )
 
 
 def run_arm(arm: str, rows, folders: dict[str, Path], seed: int, work: Path, args) -> tuple[list[str], dict]:
@@ -370,6 +381,7 @@ def accuracy_report(args, work: Path, command: str) -> dict:
         for seed in [0] if arm in UNSEEDED else args.seeds:
             predicted, metrics = run_arm(arm, rows, folders, seed, work, args)
             run = {"seed": seed, "seconds": metrics["seconds"], "scores": scores(gold, predicted, long)}
+            run.update({key: metrics[key] for key in ("gate_mean", "gate_max") if key in metrics})
             print(f"{arm} seed {seed}: {run['scores']}", flush=True)
             one = {**report, "command": command, "arms": {arm: {"runs": [run], "summary": summarise([run])}}}
             report = merged_with_stored(one, args.output / "report.json")
@@ -433,7 +445,23 @@ def render(report: dict) -> str:
         )]  # fmt: skip
         seeds = len(result["runs"])
         lines.append(f"| {arm} | {seeds} | {' | '.join(cells)} | {s['seconds']['mean']:.0f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *gate_lines(report)]) + "\n"
+
+
+def gate_lines(report: dict) -> list[str]:
+    """A line per arm whose runs stored their first_plus_rest gate: its mean and largest |value| after training."""
+    lines = []
+    for arm, result in report["arms"].items():
+        gates = [
+            f"seed {r['seed']} {r['gate_mean']:.3f} ({r['gate_max']:.3f})"
+            for r in result["runs"]
+            if "gate_mean" in r
+        ]
+        if gates:
+            lines.append(
+                f"{arm}: the gate after training, mean (largest) |value| over its dimensions: {'; '.join(gates)}."
+            )
+    return ["", *lines] if lines else []
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import csv
 import json
 
 import long_documents
+import pytest
 from long_documents import CUT, CUT_TWICE, HEAD_TAIL, TFIDF, TFIDF_CUT, arm_flags, head_only, main
 from long_documents_vectors import VECTOR_ARMS
 
@@ -91,3 +92,28 @@ def test_the_backbones_first_window_vector_misses_the_word_past_the_window_and_t
     assert scores[first]["long_accuracy"] == 0.5  # every long text's first window is the same filler
     assert scores[mean]["long_accuracy"] == scores[both]["long_accuracy"] == 1.0
     assert scores[first]["short_accuracy"] == 1.0
+
+
+def test_the_report_says_how_far_first_plus_rest_opened_its_gate(tmp_path):
+    """The gate's opening is what tells a first_plus_rest run that read the rest of the document from one that stayed
+    the cut model; it is read from the saved weights, and only a model with a gate has it."""
+    import torch
+    from safetensors.torch import save_file
+
+    gated, plain = tmp_path / "gated", tmp_path / "plain"
+    gated.mkdir(), plain.mkdir()
+    save_file(
+        {"classifier.document_pooler.across.gate": torch.tensor([0.1, -0.5, 0.0, 0.2])},
+        gated / "model.safetensors",
+    )
+    save_file({"classifier.head.out_proj.bias": torch.zeros(2)}, plain / "model.safetensors")
+    opening = long_documents.gate_opening(gated)
+    assert opening == {"gate_mean": pytest.approx(0.2), "gate_max": pytest.approx(0.5)}
+    assert long_documents.gate_opening(plain) == {}
+    run = {"seed": 1, "seconds": 1.0, "scores": {"all_accuracy": 1.0}, **opening}
+    report = {"arms": {"document, first_plus_rest": {"runs": [run]}, CUT: {"runs": [{"seed": 0}]}}}
+    assert long_documents.gate_lines(report) == [
+        "",
+        "document, first_plus_rest: the gate after training, mean (largest) |value| over its dimensions: seed 1 0.200 "
+        "(0.500).",
+    ]

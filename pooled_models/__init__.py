@@ -32,7 +32,7 @@ from .modeling.pooling import POOLERS, Pooler, TokenPooler, get_pooler_class, re
 from .modeling.registry import HEADS, LABEL_TOKEN_INITS, MULTI_LABEL_LOSSES, POOLINGS
 from .modeling.text_classification_pipeline import register_text_classification_pipeline
 from .modeling.varlen_attention import TORCH_VARLEN, register_varlen_attention
-from .modeling.window_pooling import WINDOW_POOLINGS
+from .modeling.window_pooling import WINDOW_POOLINGS, document_gate_parameters
 from .modeling.zero_shot_pipeline import register_zero_shot_pipeline
 
 __version__ = "0.6.0"
@@ -67,6 +67,7 @@ __all__ = [
     "DocumentCollator",
     "tokenize_documents",
     "document_windows_from",
+    "document_gate_parameters",
 ]
 
 AutoConfig.register(PooledConfig.model_type, PooledConfig, exist_ok=True)

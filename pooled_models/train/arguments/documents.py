@@ -25,15 +25,15 @@ __all__ = [
 # --document_mode: "auto" reads documents in windows when enough training texts run past one window; "true" always,
 # "false" never (texts cut at the run's length, as before).
 DOCUMENT_MODE_CHOICES = ("auto", "true", "false")
-# train.py's default. Not "auto" yet: on the manual pages (bench/long_documents.py, docs/long-documents.md, "The
-# benchmark") every cross-window pooling scored the long pages below the cut model (0.49-0.58 accuracy against 0.65,
-# 1 to 2 seeds, 2 epochs), so no share of long texts is measured to gain from it. "auto" is there to ask for.
+# train.py's default. Not "auto" yet: no share of long texts is measured to gain enough to pay document mode's
+# training time (docs/long-documents.md, "Defaults": on the manual pages first_plus_rest is level with the cut model
+# at 4 times its time, on the kernel docs 1.7 points above it on the long pages at 13 times). "auto" is there to ask
+# for.
 DOCUMENT_MODE_DEFAULT = "false"
 # --document_mode auto turns document mode on from this share of training texts longer than one window: document mode
 # scores a text that fits in one window as the cut model does, so its gain on a training set is about the share of
 # long texts times its gain on them; at the +10 points on long documents the issue aims for (issue 46), a tenth of
-# long texts gives a point of accuracy. Not yet measured: on the manual pages the gain on long pages was negative
-# (see DOCUMENT_MODE_DEFAULT).
+# long texts gives a point of accuracy. Not yet measured: the gains so far are smaller (see DOCUMENT_MODE_DEFAULT).
 DOCUMENT_MODE_MIN_LONG_SHARE = 0.10
 # A training document keeps at most this many windows (evaluation and prediction read every window unless told).
 MAX_WINDOWS_PER_DOCUMENT = 8
@@ -45,9 +45,11 @@ MAX_WINDOWS_PER_DOCUMENT = 8
 WINDOW_KEEPING_DEFAULT = "start_end"
 # first_plus_rest's gate (one number per dimension, from zero) trains at this many times the head's rate, unless
 # --document_gate_learning_rate says otherwise. Why: Adam moves a parameter by about its learning rate a step, so at
-# the head's rate (5e-3, warmed up and decayed) the gate of a 2-epoch run on the kernel docs had opened to 0.05 on
-# average (0.14 at most): the windows after the first were barely read, and the model scored as the cut one. At ten
-# times it opened to 0.4 (bench/results/long_documents, "document, first_plus_rest"; docs/long-documents.md).
+# the head's rate (5e-3, warmed up and decayed) the gate of a 2-epoch kernel-docs run (72 steps) can open by about
+# 0.18, and the saved model's had opened to 0.05 on average: the windows after the first were barely read, and the
+# model scored as the cut one. At ten times it opens to about 0.43 (bench/results/long_documents/manpages_400) and the
+# kernel docs' long pages score 1.7 points over the cut model (docs/long-documents.md, "Defaults"). Other factors
+# are not measured.
 DOCUMENT_GATE_RATE_FACTOR = 10.0
 
 

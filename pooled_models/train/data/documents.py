@@ -291,8 +291,8 @@ def document_lines(tasks, documents: DocumentMode, args, window_budget: int | No
 
 def document_card_rows(documents: DocumentMode, args, window_budget: int | None, model) -> dict[str, Any]:
     """The model card's "Training settings" rows of document mode: on or off and why, and (on) how many windows
-    training and evaluation read, and the rate of first_plus_rest's gate (the window, stride and cross-window pooling are rows of the card's pooling table,
-    card/classifier.py)."""
+    training and evaluation read, and the rate of first_plus_rest's gate (the window, stride and cross-window pooling
+    are rows of the card's pooling table, card/classifier.py)."""
     if not documents.on:
         return {"document mode": documents.reason} if args.document_mode is not None else {}
     rows: dict[str, Any] = {"document mode": documents.reason}

@@ -46,8 +46,8 @@ WINDOW_KEEPING_DEFAULT = "start_end"
 # first_plus_rest's gate (one number per dimension, from zero) trains at this many times the head's rate, unless
 # --document_gate_learning_rate says otherwise. Why: Adam moves a parameter by about its learning rate a step, so at
 # the head's rate (5e-3, warmed up and decayed) the gate of a 2-epoch kernel-docs run (72 steps) can open by about
-# 0.18, and the saved model's had opened to 0.05 on average: the windows after the first were barely read, and the
-# model scored as the cut one. At ten times it opens to about 0.43 (bench/results/long_documents/manpages_400) and the
+# 0.18 (the sum of its rate over the steps): the windows after the first were barely read, and the model scored as
+# the cut one. At ten times it opens to about 0.43 (bench/results/long_documents/manpages_400) and the
 # kernel docs' long pages score 1.7 points over the cut model (docs/long-documents.md, "Defaults"). Other factors
 # are not measured.
 DOCUMENT_GATE_RATE_FACTOR = 10.0

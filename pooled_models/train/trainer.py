@@ -356,7 +356,8 @@ class PooledTrainer(Trainer):
         label_rate = getattr(self.args, "label_embedding_learning_rate", None)
         if label_rate is not None:
             rates.update(dict.fromkeys(label_embedding_parameters(model), label_rate))
-        rates.update(dict.fromkeys(document_gate_parameters(model), document_gate_learning_rate(self.args)))
+        for gate in document_gate_parameters(model):  # from the rate its head got above
+            rates[gate] = document_gate_learning_rate(self.args, rates.get(gate, self.args.learning_rate))
         return rates
 
     def parameter_weight_decays(self, model) -> dict[int, float]:
@@ -461,14 +462,18 @@ def check_training_options(model, training_args) -> None:
     for option in TRAINING_OPTIONS.values():
         option.check_model(model, training_args)
     check_label_embedding_options(model, training_args)
-    if getattr(
-        training_args, "document_gate_learning_rate", None
-    ) is not None and not document_gate_parameters(model):
-        pooling = getattr(model.config, "document_pooling", None)
-        raise UsageError(
-            "--document_gate_learning_rate sets the rate of the gate of document_pooling 'first_plus_rest', but this "
-            f"model's document_pooling is {pooling!r}: leave it out, or choose first_plus_rest."
-        )
+    _check_document_gate_option(model, training_args)
+
+
+def _check_document_gate_option(model, training_args) -> None:
+    """A UsageError when --document_gate_learning_rate is given to a model without first_plus_rest's gate."""
+    if getattr(training_args, "document_gate_learning_rate", None) is None or document_gate_parameters(model):
+        return
+    raise UsageError(
+        "--document_gate_learning_rate sets the rate of the gate of document_pooling 'first_plus_rest', but this "
+        f"model's document_pooling is {getattr(model.config, 'document_pooling', None)!r}: leave it out, or choose "
+        "first_plus_rest."
+    )
 
 
 def callbacks_for(training_args) -> list[TrainerCallback]:

@@ -134,10 +134,8 @@ def check_document_arguments(args) -> None:
         raise UsageError(f"document_gate_learning_rate must be a number > 0 (or unset), got {rate!r}.")
 
 
-def document_gate_learning_rate(args) -> float:
+def document_gate_learning_rate(args, head_rate: float) -> float:
     """The learning rate of first_plus_rest's gate: ``--document_gate_learning_rate``, else DOCUMENT_GATE_RATE_FACTOR
-    times the head's rate (the backbone's where the head has none of its own)."""
+    times ``head_rate``, the rate of the head the gate belongs to."""
     rate = getattr(args, "document_gate_learning_rate", None)
-    if rate is not None:
-        return rate
-    return DOCUMENT_GATE_RATE_FACTOR * (getattr(args, "head_learning_rate", None) or args.learning_rate)
+    return DOCUMENT_GATE_RATE_FACTOR * head_rate if rate is None else rate

@@ -303,7 +303,8 @@ def document_card_rows(documents: DocumentMode, args, window_budget: int | None,
         )
         rows["windows per training batch"] = f"at most {window_budget}"
         if document_gate_parameters(model):
-            rows["learning rate (cross-window gate)"] = document_gate_learning_rate(args)
+            head_rate = args.head_learning_rate or args.learning_rate  # as the card's head row reads it
+            rows["learning rate (cross-window gate)"] = document_gate_learning_rate(args, head_rate)
     read = "all" if args.eval_max_windows is None else f"the first {args.eval_max_windows}"
     rows["windows read in evaluation and prediction"] = read
     return rows

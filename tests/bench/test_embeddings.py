@@ -36,3 +36,32 @@ def test_a_short_run_finds_both_sides_embeddings_equal_and_stores_its_report(cap
     stored = (tmp_path / "r" / "report.md").read_text()
     assert stored.startswith(f"Command: python bench/embeddings.py {' '.join(argv)}\n")
     assert all(row in stored for row in table) and "torch " in stored
+
+
+def test_backbone_names_the_folder_both_sides_load(monkeypatch, tmp_path):
+    """--backbone PATH: sentence-transformers and ours load that folder (stopped at the first load here)."""
+    import sys
+    import types
+
+    import embeddings
+
+    folder = tmp_path / "my-backbone"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    loaded = []
+
+    class Loaded(Exception):
+        pass
+
+    def sentence_transformer(path, **settings):
+        loaded.append(path)
+        raise Loaded
+
+    fake = types.ModuleType("sentence_transformers")
+    fake.SentenceTransformer, fake.__version__ = sentence_transformer, "0"
+    monkeypatch.setitem(sys.modules, "sentence_transformers", fake)
+    monkeypatch.setattr(embeddings, "fortunes_by_length", lambda per_length, seed: {"short": ["a"]})
+    with pytest.raises(Loaded):
+        main(["--backbone", str(folder)])
+    assert loaded == [str(folder)]
+    assert embeddings.shown(str(folder)) == "my-backbone" and embeddings.shown("minilm") == "all-MiniLM-L6-v2"

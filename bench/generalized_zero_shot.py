@@ -195,6 +195,7 @@ def levers(
         pooling="label_text",
         label_text_scorer="shared",
         id2label=dict(enumerate(seen)),
+        label_text_seen_margin=0.0,  # untrained: no label is seen yet (the cosine baseline)
     )
     raw = zero_shot_logits(trained, tokenizer, texts, candidates, 128)
     before = zero_shot_logits(untrained, tokenizer, texts, candidates, 128)

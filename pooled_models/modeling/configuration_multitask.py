@@ -33,6 +33,7 @@ from .configuration_pooled import (
 from .document_settings import DOCUMENT_SETTINGS
 from .engines import refuse_engine_without_plugin
 from .heads import HEADS
+from .label_text_margin import stated_before_the_margin
 from .pooling import POOLINGS
 from .problem_types import SINGLE_LABEL
 from .text_config import TextConfigSizes
@@ -240,6 +241,10 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
     def from_dict(cls, config_dict: dict[str, Any], **kwargs):
         """The saved config with the load-time keywords (``from_pretrained(folder, tasks=...)``) applied, which
         transformers sets after building the config: validated once all are in."""
+        tasks = config_dict.get("tasks")
+        if isinstance(tasks, dict):  # a label-text task saved before the seen-label margin existed keeps none
+            tasks = {name: stated_before_the_margin(settings) for name, settings in tasks.items()}
+            config_dict = {**config_dict, "tasks": tasks}
         loaded = super().from_dict(config_dict, **kwargs)
         (loaded[0] if isinstance(loaded, tuple) else loaded).ensure_valid()
         return loaded

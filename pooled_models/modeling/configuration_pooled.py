@@ -33,6 +33,7 @@ from .document_settings import document_structure
 from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .label_text import LabelTextPooler  # noqa: F401  (registers pooling "label_text")
+from .label_text_margin import stated_before_the_margin
 from .label_tokens import LABEL_TOKEN_INITS  # also registers pooling "label_tokens"
 from .layer_pooling import LayerPooler  # noqa: F401  (registers the layer strategies)
 from .losses import MULTI_LABEL_LOSSES
@@ -355,7 +356,8 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
         """The saved config, with the load-time keywords (``from_pretrained(folder, pooling=..., num_labels=...)``)
         applied to it and validated together, as edits: the saved settings they leave behind are dropped."""
         edits = {key: kwargs.pop(key) for key in list(kwargs) if key in LOAD_TIME_SETTINGS}
-        loaded = super().from_dict(config_dict, **kwargs)
+        # Saved before the seen-label margin existed: no margin, as then, not today's default (label_text_margin.py).
+        loaded = super().from_dict(stated_before_the_margin(config_dict), **kwargs)
         if edits:
             config = loaded[0] if isinstance(loaded, tuple) else loaded
             for key, value in edits.items():

@@ -55,7 +55,14 @@ from .label_text_layout import (
     segment_vectors,
     split_joined,
 )
-from .label_text_margin import check_seen_margin, seen_label_texts, seen_mask, seen_mask_of_rows
+from .label_text_margin import (
+    check_seen_margin,
+    default_seen_margin,
+    seen_label_texts,
+    seen_margin,
+    seen_mask,
+    seen_mask_of_rows,
+)
 from .label_token_layers import ALL_LAYERS, layer_stack
 from .label_tokens import _word_embeddings, enable_label_token_input, marker_input_refusal
 from .pooling import Pooler
@@ -69,6 +76,7 @@ __all__ = [
     "label_texts",
     "label_text_token_ids",
     "pad_label_ids",
+    "seen_margins_asked",
 ]
 
 logger = logging.get_logger(__name__)
@@ -127,7 +135,7 @@ class LabelTextPooler(Pooler):
         "label_text_pooling": "mean",
         "label_text_layers": 0,
         "label_tokens_per_pass": _default_per_pass,
-        "label_text_seen_margin": 0.0,
+        "label_text_seen_margin": default_seen_margin,  # label_text_margin.py says why this number
         "label_text_seen_ids": None,
     }
     head_class = LabelTextHead
@@ -233,27 +241,10 @@ class LabelTextPooler(Pooler):
         return pooled[:, 1:]
 
     def calibrate(self, logits: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
-        """``logits`` less ``label_text_seen_margin`` for every seen label (``label_text_margin.py``). Read from the
-        config at each call, so that an edit or a ``from_pretrained`` override applies."""
-        config = self.model_config
-        margin = float(config.label_text_seen_margin or 0.0)
-        if margin == 0.0:
-            return logits
-        seen = seen_label_texts(config)
-        label_ids = inputs.get("label_input_ids")
-        if label_ids is None:
-            rows = config.label_text_ids or [[0]] * self.num_labels
-            mask = torch.tensor(seen_mask_of_rows(rows, seen), device=logits.device)
-        else:
-            label_ids = _as_tensor(label_ids, "label_input_ids", logits.device)
-            given = inputs.get("label_attention_mask")
-            label_mask = (
-                torch.ones_like(label_ids)
-                if given is None
-                else _as_tensor(given, "label_attention_mask", logits.device)
-            )
-            mask = seen_mask(label_ids, label_mask, seen)
-        return logits - margin * mask.to(logits.dtype)
+        """``logits`` less the seen-label margin of every seen label (``label_text_margin.py``). Read from the config
+        at each call, so that an edit or a ``from_pretrained`` override applies."""
+        margins = seen_margins_asked(self.model_config, inputs, self.num_labels, logits.device)
+        return logits if margins is None else logits - margins.to(logits.dtype)
 
     # -- forward -------------------------------------------------------------------------------------
 
@@ -408,3 +399,25 @@ def _in_backbone_form(backbone_mask, allowed: torch.Tensor, stack) -> torch.Tens
     return torch.zeros(allowed.shape, dtype=backbone_mask.dtype, device=allowed.device).masked_fill(
         ~allowed, blocked
     )
+
+
+def seen_margins_asked(config, inputs: dict[str, Any], num_labels: int, device) -> torch.Tensor | None:
+    """``[L]``: what the seen-label margin takes off each label asked (``label_input_ids``, else the model's own
+    labels), or None where the model takes none (``seen_margin``). The forward takes it off; the zero-shot pipeline
+    adds it back for a sigmoid's scores."""
+    margin = seen_margin(config)
+    if margin == 0.0:
+        return None
+    seen = seen_label_texts(config)
+    label_ids = inputs.get("label_input_ids")
+    if label_ids is None:
+        rows = config.label_text_ids or [[0]] * num_labels
+        mask = torch.tensor(seen_mask_of_rows(rows, seen), device=device)
+    else:
+        label_ids = _as_tensor(label_ids, "label_input_ids", device)
+        given = inputs.get("label_attention_mask")
+        label_mask = (
+            torch.ones_like(label_ids) if given is None else _as_tensor(given, "label_attention_mask", device)
+        )
+        mask = seen_mask(label_ids, label_mask, seen)
+    return margin * mask.float()

@@ -7,7 +7,8 @@ a text and a set of labels in one pass, so the NLI pipeline cannot use it. This 
 model and, for a label-text classifier:
 
 * takes transformers' arguments: ``candidate_labels`` (a list, or one comma-separated string), ``multi_label``
-  (False: the scores are a softmax over the candidates; True: each label's own sigmoid), ``hypothesis_template``
+  (False: the scores are a softmax over the candidates; True: each label's own sigmoid, of the logit without the
+  seen-label margin, ``label_text_margin.py``), ``hypothesis_template``
   (default ``"{}"``: the label text as the model was trained on it; transformers' NLI default would add words the
   model never read);
 * tokenises the candidate labels once per call, whatever the number of texts and ``batch_size``;
@@ -34,7 +35,8 @@ import torch
 from transformers.pipelines.zero_shot_classification import ZeroShotClassificationPipeline
 
 from .documents import WindowedText
-from .label_text import label_text_token_ids, pad_label_ids
+from .label_text import label_text_token_ids, pad_label_ids, seen_margins_asked
+from .label_text_margin import without_margin
 from .pipeline_reference import ZERO_SHOT as TASK
 from .pipeline_registration import replace_task_class
 
@@ -126,10 +128,16 @@ class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):  # named by pip
         if columns is None:
             model_inputs.update(label_input_ids=label_input_ids, label_attention_mask=label_attention_mask)
         logits = self.model(**model_inputs).logits
+        # What the seen-label margin took off each label, one row per text (the pipeline unbatches along the first
+        # dimension), for a sigmoid's scores (ranked_labels).
+        margins = seen_margins_asked(self.model.config, model_inputs, logits.shape[-1], logits.device)
+        margins = torch.zeros_like(logits) if margins is None else margins.to(logits.dtype).expand_as(logits)
         if columns is not None:
-            logits = logits[:, torch.tensor(columns, device=logits.device)]
+            index = torch.tensor(columns, device=logits.device)
+            logits, margins = logits[:, index], margins[:, index]
         # The other entries as they came (lists when the pipeline batched several texts), so that it can unbatch them.
-        return {**{key: inputs[key] for key in ("candidate_labels", "sequence", "is_last")}, "logits": logits}
+        kept = {key: inputs[key] for key in ("candidate_labels", "sequence", "is_last")}
+        return {**kept, "logits": logits, "margins": margins}
 
     def postprocess(self, model_outputs, multi_label=False):
         if not reads_label_texts(self.model):
@@ -137,7 +145,7 @@ class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):  # named by pip
         (output,) = model_outputs
         return {
             "sequence": output["sequence"],
-            **ranked_labels(output["candidate_labels"], output["logits"], multi_label),
+            **ranked_labels(output["candidate_labels"], output["logits"], multi_label, output["margins"]),
         }
 
 
@@ -167,11 +175,20 @@ def _field_text(field: list) -> str:
     return "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
 
 
-def ranked_labels(labels: list[str], logits: torch.Tensor, multi_label: bool) -> dict[str, list]:
+def ranked_labels(
+    labels: list[str], logits: torch.Tensor, multi_label: bool, margins: torch.Tensor | None = None
+) -> dict[str, list]:
     """One text's candidate ``labels`` sorted by score, and the scores: each label's sigmoid with ``multi_label`` (or a
-    single label), else the softmax over the candidates."""
+    single label), else the softmax over the candidates. ``logits`` are the model's, the seen-label margin taken off
+    (``margins``: how much from each label, or None). The margin makes a new label compete with trained ones in a
+    softmax; a sigmoid scores each label on its own, so it reads the logit without the margin: a trained label keeps
+    the probability it was trained to give, whatever else is asked."""
     logits = logits.float().reshape(-1)
-    scores = logits.sigmoid() if multi_label or len(labels) == 1 else logits.softmax(dim=-1)
+    if multi_label or len(labels) == 1:
+        margins = None if margins is None else margins.float().reshape(-1)
+        scores = without_margin(logits, margins).sigmoid()
+    else:
+        scores = logits.softmax(dim=-1)
     order = scores.argsort(descending=True).tolist()
     return {"labels": [labels[i] for i in order], "scores": scores[order].tolist()}
 

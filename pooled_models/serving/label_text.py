@@ -32,7 +32,7 @@ from vllm.v1.pool.metadata import PoolingMetadata
 
 from ..modeling.checkpoint_loading import read_tokenizer_settings
 from ..modeling.label_text_layout import masked_mean, segment_vectors
-from ..modeling.label_text_margin import seen_label_texts, seen_mask_of_rows
+from ..modeling.label_text_margin import seen_label_texts, seen_margin, seen_mask_of_rows
 from ..modeling.text_config import text_config_of
 from .plain_attention import plain_attention, plain_attention_refusal
 from .pooler import PLUGIN_TASK, PooledModelPooler, padded_states
@@ -55,8 +55,9 @@ def own_label_prompts(config) -> list[list[int]]:
 
 def seen_margins(config, rows) -> torch.Tensor | None:
     """What ``label_text_seen_margin`` takes off each label's logit (labels as token id lists, marker slot first), or
-    None where the margin is 0, as the transformers model's forward applies it (``LabelTextPooler.calibrate``)."""
-    margin = float(getattr(config, "label_text_seen_margin", None) or 0.0)
+    None where the model takes none (0, or a multi-label model), as the transformers model's forward applies it
+    (``LabelTextPooler.calibrate``)."""
+    margin = seen_margin(config)
     if margin == 0.0:
         return None
     rows = rows or [[0]] * config.num_labels

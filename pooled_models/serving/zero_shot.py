@@ -175,12 +175,15 @@ class ZeroShotIOProcessor(IOProcessor[ZeroShotRequest, list[dict]]):
             logits = self.head(pooled)
         margins = self._seen_margins(pending.label_keys)
         if margins is not None:  # the seen-label margin, as the transformers model's forward takes it off
-            logits = logits - margins.to(logits.device, logits.dtype)
+            margins = margins.to(logits.device, logits.dtype)
+            logits = logits - margins
         if pending.columns is not None:
             logits = logits[:, pending.columns]
+            margins = None if margins is None else margins[pending.columns]
         request = pending.request
+        # A sigmoid's scores read the logits without the margin, as the pipeline's (ranked_labels).
         return [
-            {"sequence": text, **ranked_labels(list(request.labels), row, request.multi_label)}
+            {"sequence": text, **ranked_labels(list(request.labels), row, request.multi_label, margins)}
             for text, row in zip(request.texts, logits, strict=True)
         ]
 

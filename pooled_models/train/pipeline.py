@@ -365,7 +365,8 @@ def _train_and_evaluate(
         return progress.running(name) if progress is not None else nullcontext()
 
     if zero_shot is not None and args.do_train:
-        zero_shot.score(trainer.model, "before training")
+        # a new model's labels are not trained yet: scored without the seen-label margin (the cosine baseline)
+        zero_shot.score(trainer.model, "before training", new_model=plan.source.saved is None)
     if args.do_train:
         result = trainer.train(resume_from_checkpoint=checkpoint)
         metrics.update(result.metrics, **_train_rows(plan, tasks))

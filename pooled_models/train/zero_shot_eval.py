@@ -17,9 +17,11 @@ Without a validation file, or without an unseen label in the zero-shot file, the
 the log says why.
 
 The seen-label margin (``--seen_label_margin``, the model's ``label_text_seen_margin``, calibrated stacking): after
-training, a number taken off the score of every trained label, saved with the model. "auto" tunes it on the validation
-rows asked against the trained labels and the zero-shot file's unseen label names (never its rows): the largest margin
-of ``MARGIN_GRID`` that keeps ``KEPT_ACCURACY`` of their accuracy (bench/generalized_zero_shot.py measured it).
+training, a number taken off the score of every trained label, saved with the model. Every label-text model has one
+(the config's default, ``label_text_margin.py``); "auto" tunes it on the validation rows asked against the trained
+labels and the zero-shot file's unseen label names (never its rows): the largest margin of ``MARGIN_GRID`` that keeps
+``KEPT_ACCURACY`` of their accuracy (bench/generalized_zero_shot.py measured it); where it cannot, the model keeps its
+own. A new model is scored "before training" without it: none of its labels is trained yet.
 
 Only a model that scores labels given as text can do this: ``pooling="label_text"`` with ``label_text_scorer="shared"``.
 Any other is refused by name before anything is written.
@@ -28,6 +30,8 @@ Any other is refused by name before anything is written.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +40,7 @@ import torch
 
 from ..errors import DataError, UsageError
 from ..modeling.label_text import label_text_token_ids, label_texts, pad_label_ids
+from ..modeling.label_text_margin import seen_margin
 from ..modeling.problem_types import SINGLE_LABEL
 from .data.files import Split, read_file
 from .data.labels import Labels
@@ -289,7 +294,12 @@ class ZeroShotEvaluation:
         "auto" and the run can (module docstring), and the line that says what was chosen and why."""
         margin, config = self.margin, model.config
         if margin is None and self.seen is None:
-            logger.info("Seen-label margin: not tuned: %s.", _why_not_generalized(self.result.rows, None))
+            self.result.margin = seen_margin(config)
+            logger.info(
+                "Seen-label margin: not tuned: %s; the model's own stays: %s (label_text_seen_margin).",
+                _why_not_generalized(self.result.rows, None),
+                self.result.margin,
+            )
             return
         if margin is None:
             rows, trained = self.result.rows, self.trained
@@ -318,8 +328,13 @@ class ZeroShotEvaluation:
         config.label_text_seen_margin = margin
         config.label_text_seen_ids = [list(row) for row in config.label_text_ids] if margin else None
 
-    def score(self, model, which: str) -> None:
-        """Score ``model`` as ``which`` ("before training" or "trained model") and log the lines."""
+    def score(self, model, which: str, new_model: bool = False) -> None:
+        """Score ``model`` as ``which`` ("before training" or "trained model") and log the lines; a ``new_model``
+        without its seen-label margin, since none of its labels is trained yet (the cosine baseline)."""
+        with _margin_off(model.config) if new_model else nullcontext():
+            self._score(model, which)
+
+    def _score(self, model, which: str) -> None:
         scores = zero_shot_metrics(model, self.tokenizer, self.result.rows, self.max_length)
         self.result.scores[which] = scores
         rows = self.result.rows
@@ -388,6 +403,17 @@ def tune_margin(logits: np.ndarray, targets: np.ndarray, num_trained: int) -> tu
         if value >= KEPT_ACCURACY * start:
             chosen, kept = margin, value
     return chosen, start, kept
+
+
+@contextmanager
+def _margin_off(config) -> Iterator[None]:
+    """``config``'s seen-label margin set to none while inside, then put back."""
+    margin = config.label_text_seen_margin
+    config.label_text_seen_margin = 0.0
+    try:
+        yield
+    finally:
+        config.label_text_seen_margin = margin
 
 
 def _why_not_generalized(rows: ZeroShotRows, seen: SeenRows | None) -> str:

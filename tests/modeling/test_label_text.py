@@ -17,6 +17,7 @@ from pooled_models.modeling.label_text_layout import (
     joined_attention,
     split_joined,
 )
+from pooled_models.modeling.label_text_margin import DEFAULT_SEEN_MARGIN
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -144,7 +145,9 @@ def test_the_shared_scorer_is_the_scaled_cosine_and_scores_labels_given_at_call_
     with torch.no_grad():
         pooled = model.classifier.pooler.encode(model._backbone_call(), dict(batch), False)[1]
         cosine = torch.nn.functional.cosine_similarity(pooled[:, :1], pooled[:, 1:], dim=-1)
-        torch.testing.assert_close(model(**batch).logits, 20 * (cosine - 0.3), atol=1e-4, rtol=1e-5)
+        # the model's own labels less the seen-label margin every label-text model takes off them by default
+        expected = 20 * (cosine - 0.3) - DEFAULT_SEEN_MARGIN
+        torch.testing.assert_close(model(**batch).logits, expected, atol=1e-4, rtol=1e-5)
         # New labels, never seen: a vector of scores for them, and the model's own labels score as before.
         new = call_labels([[1, 40, 41, 2], [1, 50, 2], *LABEL_IDS])
         logits = model(**batch, **new).logits

@@ -25,8 +25,13 @@ TEXTS = ["the match ended two to one", "a pizza with extra cheese", "x"]
 @pytest.fixture(scope="module")
 def folder(tiny_backbone_path, tmp_path_factory):
     torch.manual_seed(0)
+    # saved without a margin: the "plain" model the tests below compare with (the default is tested by its own)
     model = PooledForSequenceClassification.from_backbone(
-        tiny_backbone_path, pooling="label_text", label_text_scorer="shared", id2label=OWN
+        tiny_backbone_path,
+        pooling="label_text",
+        label_text_scorer="shared",
+        id2label=OWN,
+        label_text_seen_margin=0.0,
     )
     path = tmp_path_factory.mktemp("margin")
     model.save_pretrained(path)

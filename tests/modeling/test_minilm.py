@@ -5,6 +5,7 @@ import torch
 from safetensors.torch import load_file
 
 from pooled_models import PooledForSequenceClassification, PooledModel
+from pooled_models.modeling.label_text_margin import DEFAULT_SEEN_MARGIN
 
 TEXTS = [
     "The cat sat on the mat.",
@@ -80,15 +81,21 @@ def test_a_few_steps_lower_the_loss(minilm_path, minilm_tokenizer):
 
 def test_label_text_apart_starts_as_sentence_transformers_cosine_similarity(minilm_path, minilm_tokenizer):
     """pooling='label_text' with label_text_layers=0 and the mean of each label's segment: before training, its shared
-    scorer is 20 * (cosine - 0.3) of the embeddings SentenceTransformer gives the text and the label name."""
+    scorer is 20 * (cosine - 0.3) of the embeddings SentenceTransformer gives the text and the label name (less the
+    seen-label margin the model takes off its own labels by default)."""
     from sentence_transformers import SentenceTransformer
 
     labels = {0: "animals", 1: "machine learning", 2: "short"}
     encoder = SentenceTransformer(minilm_path, device="cpu")
     texts = encoder.encode(TEXTS, convert_to_tensor=True)
     names = encoder.encode(list(labels.values()), convert_to_tensor=True)
-    expected = 20 * (
-        torch.nn.functional.normalize(texts, dim=-1) @ torch.nn.functional.normalize(names, dim=-1).T - 0.3
+    expected = (
+        20
+        * (
+            torch.nn.functional.normalize(texts, dim=-1) @ torch.nn.functional.normalize(names, dim=-1).T
+            - 0.3
+        )
+        - DEFAULT_SEEN_MARGIN
     )
     model = PooledForSequenceClassification.from_backbone(
         minilm_path, pooling="label_text", id2label=labels, label_text_layers=0

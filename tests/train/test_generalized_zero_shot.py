@@ -16,6 +16,7 @@ from transformers import AutoModel, AutoTokenizer, pipeline
 
 from pooled_models import PooledForSequenceClassification
 from pooled_models.errors import UsageError
+from pooled_models.modeling.label_text_margin import DEFAULT_SEEN_MARGIN
 from pooled_models.train.card.markdown import rounded
 from pooled_models.train.zero_shot_eval import KEPT_ACCURACY, MARGIN_GRID, tune_margin, zero_shot_logits
 
@@ -133,8 +134,8 @@ def test_a_margin_given_is_saved_and_bad_ones_are_refused_by_name(tiny_backbone_
         "1",
     ]
     result = train(tiny_backbone_path, tmp_path / "a", *common, "--zero_shot_file", str(zero_shot_file),
-                   "--seen_label_margin", "1.5")  # fmt: skip
-    assert json.loads((result.output_dir / "config.json").read_text())["label_text_seen_margin"] == 1.5
+                   "--seen_label_margin", "2.5")  # fmt: skip
+    assert json.loads((result.output_dir / "config.json").read_text())["label_text_seen_margin"] == 2.5
     # no validation file: no seen rows, so no generalized setting (the log says why)
     assert not [key for key in result.metrics if "generalized" in key]
     with pytest.raises(UsageError, match="--seen_label_margin must be 'auto' or a number"):
@@ -145,6 +146,23 @@ def test_a_margin_given_is_saved_and_bad_ones_are_refused_by_name(tiny_backbone_
     ):
         train(tiny_backbone_path, tmp_path / "c", *common, "--seen_label_margin", "1")
     assert leftovers(tmp_path / "b") == [] and leftovers(tmp_path / "c") == []
+
+
+def test_a_run_that_cannot_tune_the_margin_saves_the_default(tiny_backbone_path, tmp_path):
+    """Without a zero-shot file, or with one but no validation rows to tune on, the model keeps label_text_seen_margin's
+    default (label_text_margin.py): a label-text model trained without a zero-shot file still gives a new label a
+    chance among its trained ones (issue 54)."""
+    common = ["--train_file", str(write_rows(tmp_path / "train.jsonl", topic_rows(12, topics=SEEN))), "--do_train",
+              "--pooling", "label_text", "--num_train_epochs", "1"]  # fmt: skip
+    zero_shot_file = write_rows(tmp_path / "unseen.jsonl", topic_rows(6, seed=3, topics=ZERO_SHOT))
+    runs = {
+        "no zero-shot file": train(tiny_backbone_path, tmp_path / "a", *common),
+        "nothing to tune on": train(tiny_backbone_path, tmp_path / "b", *common, "--zero_shot_file", str(zero_shot_file)),
+    }  # fmt: skip
+    for result in runs.values():
+        config = json.loads((result.output_dir / "config.json").read_text())
+        assert config["label_text_seen_margin"] == DEFAULT_SEEN_MARGIN
+        assert "| `label_text_seen_margin` | `1.5` |" in (result.output_dir / "README.md").read_text()
 
 
 def test_the_margin_rule_on_known_gaps():

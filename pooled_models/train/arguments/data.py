@@ -59,7 +59,8 @@ class DataArguments:
             "before training; saved with the model (label_text_seen_margin), which the pipelines and vLLM apply. "
             "'auto': tuned after training on the validation rows asked against the trained labels and the zero-shot "
             "file's unseen label names (never its rows): the largest margin that keeps 90%% of their accuracy "
-            "(bench/generalized_zero_shot.py chose it); a number: that margin (0: none)."
+            "(bench/generalized_zero_shot.py chose it; where it cannot tune, the model keeps its own); a number: "
+            "that margin (0: none). Without zero_shot_file the model keeps label_text_seen_margin's default, 1.5."
         },
     )
     text_column: str = field(default="text", metadata={"help": "The column holding the text."})

@@ -65,8 +65,8 @@ FROM_TRAINING_DATA = "auto"
 # pooling are chosen once the problem type and the training set are known (plan.py, few_examples.py).
 TRAIN_PY_DEFAULTS: dict[str, Any] = {"multi_label_loss": None, "pooling": None}
 # PooledConfig settings that are no model flag: the run sets them (max_seq_length: the length it trained with, from
-# the data flag --max_seq_length or the backbone's own; train/model.py; label text's seen-label margin: the data flag
-# --seen_label_margin, zero_shot_eval.py).
+# the data flag --max_seq_length or the backbone's own; train/model.py; label text's seen-label margin: the config's
+# default, or the data flag --seen_label_margin with a zero-shot file, zero_shot_eval.py).
 RUN_DECIDED = ("max_seq_length", "label_text_seen_margin", "label_text_seen_ids")
 
 

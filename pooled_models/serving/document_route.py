@@ -37,7 +37,7 @@ from .document_support import MAX_DOCUMENT_WINDOWS, is_document_model
 from .pooler import PLUGIN_TASK, LogitCalibration, PooledModelPooler
 from .support import served_tasks
 
-__all__ = ["DocumentRoute", "install_document_route", "document_texts"]
+__all__ = ["DocumentRoute", "install_document_route", "hooked_pairs", "document_texts"]
 
 # Request settings that would change a window's prompt: refused for a document model.
 WINDOW_CHANGING = ("truncate_prompt_tokens", "truncation_side", "padding")
@@ -256,20 +256,33 @@ _SCORING_HOOKS = {
 _ORIGINALS: dict[tuple[str, str], object] = {}
 
 
-def install_document_route() -> None:
-    """Hook vLLM's classify and embed IO processors (once per process): a document model's requests go through the
-    document route, every other model's through vLLM's own methods."""
+def hooked_methods() -> dict[type, dict[str, object]]:
+    """vLLM's IO processor classes and, for each, the methods install_document_route replaces (with their hooks)."""
     from vllm.entrypoints.pooling.classify.io_processor import ClassifyIOProcessor
     from vllm.entrypoints.pooling.embed.io_processor import EmbedIOProcessor
     from vllm.entrypoints.pooling.scoring.io_processor import BiEncoderIOProcessor, CrossEncoderIOProcessor
 
     hooks = {ClassifyIOProcessor: _HOOKS, EmbedIOProcessor: _HOOKS}
-    hooks |= {BiEncoderIOProcessor: _SCORING_HOOKS, CrossEncoderIOProcessor: _SCORING_HOOKS}
+    return hooks | {BiEncoderIOProcessor: _SCORING_HOOKS, CrossEncoderIOProcessor: _SCORING_HOOKS}
+
+
+def hooked_pairs() -> list[tuple[type, str]]:
+    """(class, method) for each method install_document_route replaces: what the plugin checks before patching."""
+    return [(owner, name) for owner, methods in hooked_methods().items() for name in methods]
+
+
+def install_document_route(undo=None) -> None:
+    """Hook vLLM's classify and embed IO processors (once per process): a document model's requests go through the
+    document route, every other model's through vLLM's own methods. ``undo`` (compatibility.Undo) keeps what is
+    replaced, so that a later failure of register() can put it back."""
     with _install_lock:
-        for processor_class, methods in hooks.items():
+        for processor_class, methods in hooked_methods().items():
             for name, hook in methods.items():
                 key = (processor_class.__name__, name)
                 if key not in _ORIGINALS:
+                    if undo is not None:
+                        undo.keep_attribute(processor_class, name)
+                        undo.keep_item(_ORIGINALS, key)
                     _ORIGINALS[key] = getattr(processor_class, name)
                     setattr(processor_class, name, _hooked(_ORIGINALS[key], hook))
 

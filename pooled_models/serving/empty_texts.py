@@ -12,7 +12,6 @@ is plain Python, tested where vLLM is not installed.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -40,17 +39,13 @@ def empty_text_refusal(prompt: Mapping[str, Any], special_ids: Collection[int]) 
     return None
 
 
-def refuse_empty_texts(architectures: Collection[str]) -> None:
-    """Make vLLM's input processor refuse an empty text sent to a model of ``architectures`` (once per process)."""
+def refuse_empty_texts(architectures: Collection[str], undo=None) -> None:
+    """Make vLLM's input processor refuse an empty text sent to a model of ``architectures`` (once per process).
+    register() has checked that this vLLM has the method (compatibility.py); ``undo`` keeps what is replaced."""
     from vllm.exceptions import VLLMValidationError
     from vllm.v1.engine.input_processor import InputProcessor
 
-    original = getattr(InputProcessor, "_validate_model_input", None)
-    if original is None:  # a vLLM outside the pinned range: serve as vLLM does, and say the refusal is off
-        logging.getLogger(__name__).warning(
-            "This vLLM has no InputProcessor._validate_model_input: empty texts are not refused (vLLM answers them)."
-        )
-        return
+    original = InputProcessor._validate_model_input
     if getattr(original, "refuses_empty_texts", False):
         return
 
@@ -65,4 +60,6 @@ def refuse_empty_texts(architectures: Collection[str]) -> None:
         return original(self, prompt_input, prompt_type)
 
     validate.refuses_empty_texts = True
+    if undo is not None:
+        undo.keep_attribute(InputProcessor, "_validate_model_input")
     InputProcessor._validate_model_input = validate

@@ -39,6 +39,9 @@ class PooledArchConfigConvertor(ModelArchConfigConvertorBase):
         return size
 
 
-def register_vocabulary() -> None:
+def register_vocabulary(undo=None) -> None:
+    """Register the convertor for the pooled model types (``undo``, compatibility.Undo, keeps what was there)."""
     for model_type in ("pooled", "pooled_multitask"):  # PooledConfig's, PooledMultiTaskConfig's
+        if undo is not None:
+            undo.keep_item(MODEL_ARCH_CONFIG_CONVERTORS, model_type)
         MODEL_ARCH_CONFIG_CONVERTORS.setdefault(model_type, PooledArchConfigConvertor)

@@ -16,6 +16,7 @@ from ..errors import UsageError
 from .arguments import DEMO_FLAG, chosen_model_settings, help_command, parse_arguments, program
 from .arguments.dependencies import implied_phase_lines
 from .console import is_verbose, quiet_libraries, set_up_logging
+from .disk_full import DiskFull
 from .pipeline import ModelFactory, RunInterrupted, RunResult, run_tasks
 from .tasks import task_specs
 
@@ -45,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # before the lock
         print(f"{program()}: interrupted; {kept}.", file=sys.stderr)
         return 130  # the shell's status for Ctrl-C (128 + SIGINT)
+    except DiskFull as error:  # a save that filled the disk, already put right (disk_full.py): its own line
+        print(f"{program()}: error: {error}", file=sys.stderr)
+        return 1
     except OSError as error:
         if error.errno not in DISK_ERRORS:
             raise

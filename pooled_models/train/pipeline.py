@@ -49,6 +49,7 @@ from .data.documents import (
     tokenize_document_task,
 )
 from .data.multitask import MultiTaskRows
+from .disk_full import DiskFull, put_right_when_full
 from .evaluation import summary_metrics, task_config, tune_decision_thresholds
 from .model import (
     build_model,
@@ -179,7 +180,8 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
         staging.create(resuming=checkpoint is not None)
     trainer = _trainer(plan, model, tokenizer, tasks, callbacks, layout, window_budget)
     progress = install_progress(trainer)  # one bar per phase, unless --log_level info
-    with _cleaned_up_on_failure(staging, trainer, progress):
+    writes = trainer.is_world_process_zero() and training_args.should_save
+    with _cleaned_up_on_failure(staging, trainer, progress), put_right_when_full(staging, writes):
         # Token ids were checked above and labels when read: the model need not read them back at every step.
         with values_checked_by_caller():
             metrics = _train_and_evaluate(plan, trainer, tasks, checkpoint, tokenizer, progress, zero_shot)
@@ -187,7 +189,8 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
     document_rows = document_card_rows(documents, plan.trainer_args, window_budget, model)
-    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout, document_rows)
+    with put_right_when_full(staging, training_args.should_save):  # the card, predictions and results too
+        return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout, document_rows)
 
 
 def _zero_shot_evaluation(
@@ -216,6 +219,8 @@ def _cleaned_up_on_failure(staging: StagedOutputDir, trainer, progress) -> Itera
             what_was_kept(staging) if trainer.is_world_process_zero() else "nothing written on this process"
         )
         raise RunInterrupted(kept) from interrupt
+    except DiskFull:
+        raise  # its line already says what stays (disk_full.py put the staging folder right)
     except BaseException:
         if trainer.is_world_process_zero():
             logger.error("The run failed; %s.", what_was_kept(staging))

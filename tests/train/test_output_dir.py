@@ -1,6 +1,5 @@
 """train.py never deletes what it did not write, never lets two runs share a folder, and never strands a run."""
 
-import errno
 import json
 import os
 import shutil
@@ -405,45 +404,6 @@ def test_a_work_folder_without_a_complete_checkpoint_does_not_strand_the_run(
     assert leftovers(output_dir) == [output_dir]
 
 
-def test_a_full_disk_is_one_line_and_the_complete_checkpoint_resumes(
-    tmp_path, data, tiny_backbone_path, monkeypatch, capsys, caplog
-):
-    original = PooledTrainer._save_optimizer_and_scheduler
-    calls = []
-
-    def disk_full_on_the_second_checkpoint(self, output_dir):
-        calls.append(output_dir)
-        if len(calls) == 2:
-            raise OSError(errno.ENOSPC, "No space left on device", str(Path(output_dir) / "optimizer.pt"))
-        return original(self, output_dir)
-
-    monkeypatch.setattr(PooledTrainer, "_save_optimizer_and_scheduler", disk_full_on_the_second_checkpoint)
-    arguments = [
-        "--model_name_or_path",
-        tiny_backbone_path,
-        "--output_dir",
-        str(tmp_path / "out"),
-        *FAST,
-        "--train_file",
-        str(data),
-        "--do_train",
-        *STEPS,
-    ]
-    assert main(arguments) == 1
-    (message,) = [
-        line for line in capsys.readouterr().err.splitlines() if line.startswith("train.py: error:")
-    ]
-    assert message.startswith("train.py: error: No space left on device while writing ")
-    assert "optimizer.pt. Free some space" in message and "--resume_from_checkpoint true" in message
-    assert (
-        "checkpoint-2 in " in caplog.text
-        and "(checkpoint-4 is incomplete and will be skipped)" in caplog.text
-    )
-    monkeypatch.setattr(PooledTrainer, "_save_optimizer_and_scheduler", original)
-    assert main([*arguments, "--resume_from_checkpoint", "true"]) == 0
-    assert leftovers(tmp_path / "out") == [tmp_path / "out"]
-
-
 def test_ctrl_c_is_one_line_and_exit_130_and_cleans_up_as_a_failure_does(
     tmp_path, data, tiny_backbone_path, monkeypatch, capsys, caplog
 ):
@@ -479,7 +439,9 @@ def test_ctrl_c_is_one_line_and_exit_130_and_cleans_up_as_a_failure_does(
     assert capsys.readouterr().err.splitlines() == [
         f"train.py: interrupted; checkpoint-2 in {work} stays for --resume_from_checkpoint true."
     ]
-    assert leftovers(output_dir) == [work]  # the lock is gone (resuming from there: the full-disk test above)
+    assert leftovers(output_dir) == [
+        work
+    ]  # the lock is gone (resuming from there: tests/train/test_disk_full.py)
 
 
 # ----------------------------------------------------------------------------------------------------

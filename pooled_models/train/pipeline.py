@@ -57,7 +57,6 @@ from .model import (
     freeze_heads,
     load_tokenizer,
     record_max_length,
-    stated_run_length,
     warn_of_another_length,
 )
 from .output_dir import StagedOutputDir, push_folder, read_run_record
@@ -259,7 +258,8 @@ def _document_mode(plan: RunPlan, tasks, tokenizer, model_args, data_args) -> Do
         plan.source.saved,
         tasks,
         tokenizer,
-        run_length=lambda: stated_run_length(data_args.max_seq_length, tokenizer, plan.source),
+        # the window's default is the length the same run cuts texts at: one decision (model.py)
+        run_length=lambda: choose_max_length(data_args.max_seq_length, tokenizer, None, plan.source)[0],
     )
     refuse_off_settings(documents, args)
     return documents

@@ -3,8 +3,9 @@ splits tokenized into windows.
 
 ``--document_mode auto`` counts the training texts that run past one window and turns document mode on from
 ``DOCUMENT_MODE_MIN_LONG_SHARE`` of them; ``true`` and ``false`` decide alone; a model saved in document mode stays
-in it. The run's window is ``--document_window``, else the run's text length (``--max_seq_length``, else the
-backbone's own), so a text that fits in one window is read as the cut model read it.
+in it. The run's window is ``--document_window``, else the run's one text length
+(``train/model.py``'s ``choose_max_length``, the length the same run without document mode cuts at), so a text that
+fits in one window is read as the cut model reads it.
 
 Each row of a tokenized split is a document: ``input_ids`` (and ``token_type_ids``) ``[window][token]``, the windows
 of modeling/documents.py's ``tokenize_documents``. A training document keeps at most ``--max_windows_per_document``

@@ -22,6 +22,7 @@ from ..modeling.varlen_attention import (
     register_varlen_attention,
     varlen_unavailable_reason,
 )
+from ..modeling.window_pooling import reads_documents
 from .arguments.speed import choice
 from .data import TaskData, check_token_ids
 from .data.batching import token_lengths
@@ -79,7 +80,7 @@ def padding_free_refusal(args, model, kinds: dict[str, str]) -> str | None:
     """Why this run cannot train padding-free, or None where it can."""
     if list(kinds.values()) != [SEQUENCE]:
         return "token and multi-task runs pad their batches (their labels are per token or per task)"
-    if getattr(model.config, "document_window", None) is not None:
+    if reads_documents(model.config):  # a model factory's config too
         return "document mode pads its windows (each batch's windows in rows of one length, docs/long-documents.md)"
     if not isinstance(model, PooledForSequenceClassification):
         return f"{type(model).__name__} is not a pooled model, and pooled models are the ones that read them"

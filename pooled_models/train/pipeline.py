@@ -159,9 +159,7 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     if zero_shot_rows is not None:
         check_zero_shot_model(model.config)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    max_length, origin = _tokenize(
-        plan, tasks, tokenizer, model, data_args.max_seq_length, training_args, documents
-    )
+    max_length, origin = _tokenize(plan, tasks, tokenizer, model, data_args.max_seq_length, documents)
     zero_shot = _zero_shot_evaluation(zero_shot_rows, tasks, tokenizer, max_length, data_args)
     _prepare_for_training(plan, model)
     layout = lay_out_batches(training_args, model, tasks, max_length, documents.on)
@@ -170,7 +168,7 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     described += [] if documents.on else [describe_length(max_length, origin)]
     say(
         training_args,
-        [*described, *document_lines(tasks, documents, training_args, window_budget), *layout.lines],
+        [*described, *document_lines(tasks, documents, plan.trainer_args, window_budget), *layout.lines],
     )
 
     # Everything is checked: from here on the run writes, into the staging folder only.
@@ -222,11 +220,12 @@ def _cleaned_up_on_failure(staging: StagedOutputDir, trainer, progress) -> Itera
 
 
 def _tokenize(
-    plan: RunPlan, tasks, tokenizer, model, requested: int | None, training_args, documents: DocumentMode
+    plan: RunPlan, tasks, tokenizer, model, requested: int | None, documents: DocumentMode
 ) -> tuple[int, str]:
     """Tokenize every task at the run's one length (max_seq_length is a setting of the run, not of a task), saved
     with the model; returns it and where it comes from. In document mode the length is the window's, and every
     split is cut into windows (data/documents.py)."""
+    training_args = plan.trainer_args  # the document arguments as the plan resolved them
     if documents.on:
         max_length, origin = model.config.document_window, "document mode's window, --document_window"
     else:

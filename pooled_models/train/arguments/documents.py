@@ -6,6 +6,7 @@ cross-window pooling (``--document_pooling``) are model settings (arguments/mode
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...errors import UsageError
 from ...modeling.documents import WINDOW_KEEPING
@@ -20,6 +21,7 @@ __all__ = [
     "DOCUMENT_GATE_RATE_FACTOR",
     "document_gate_learning_rate",
     "check_document_arguments",
+    "resolved_document_arguments",
 ]
 
 # --document_mode: "auto" reads documents in windows when enough training texts run past one window; "true" always,
@@ -112,10 +114,9 @@ class DocumentArguments:
 
 
 def check_document_arguments(args) -> None:
-    """Refuse values out of range (a config file's values bypass argparse's types and choices)."""
-    mode = args.document_mode
-    if isinstance(mode, bool):  # a YAML file says true/false without quotes
-        args.document_mode = mode = "true" if mode else "false"
+    """Refuse values out of range (a config file's values bypass argparse's types and choices). Read only: the plan
+    resolves what a config file may spell otherwise (resolved_document_arguments)."""
+    mode = _document_mode_word(args.document_mode)
     if mode is not None and mode not in DOCUMENT_MODE_CHOICES:
         raise UsageError(
             f"Unknown document_mode {mode!r}. Valid choices: {', '.join(DOCUMENT_MODE_CHOICES)}."
@@ -124,10 +125,10 @@ def check_document_arguments(args) -> None:
         raise UsageError(
             f"Unknown window_keeping {args.window_keeping!r}. Valid choices: {', '.join(WINDOW_KEEPING)}."
         )
-    if args.max_windows_per_document == 0:
-        args.max_windows_per_document = None
     for name in ("max_windows_per_document", "max_windows_per_batch", "eval_max_windows"):
         number = getattr(args, name)
+        if name == "max_windows_per_document" and number == 0 and not isinstance(number, bool):
+            continue  # no cap (resolved_document_arguments)
         if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
             raise UsageError(f"{name} must be a whole number >= 1 (or unset), got {number!r}.")
     rate = args.document_gate_learning_rate
@@ -140,3 +141,20 @@ def document_gate_learning_rate(args, head_rate: float) -> float:
     times ``head_rate``, the rate of the head the gate belongs to."""
     rate = getattr(args, "document_gate_learning_rate", None)
     return DOCUMENT_GATE_RATE_FACTOR * head_rate if rate is None else rate
+
+
+def resolved_document_arguments(args) -> dict[str, Any]:
+    """The document arguments as the run reads them, for the plan's copy of the training arguments (the parsed ones
+    are not written into): a config file's unquoted ``document_mode: true`` as the word, and
+    ``max_windows_per_document: 0`` as no cap (None)."""
+    return {
+        "document_mode": _document_mode_word(args.document_mode),
+        "max_windows_per_document": args.max_windows_per_document or None,
+    }
+
+
+def _document_mode_word(mode):
+    """``--document_mode`` as a word: a YAML file says true/false without quotes."""
+    if isinstance(mode, bool):
+        return "true" if mode else "false"
+    return mode

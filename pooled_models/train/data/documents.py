@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import DataError, UsageError, where
 from ...modeling.configuration_multitask import SEQUENCE
-from ...modeling.document_settings import default_stride
+from ...modeling.document_settings import DOCUMENT_FIELDS, default_stride
 from ...modeling.documents import tokenize_documents
 from ...modeling.window_pooling import document_gate_parameters
 from ..arguments.documents import (
@@ -40,7 +40,6 @@ if TYPE_CHECKING:  # annotations only
 
 __all__ = [
     "DocumentMode",
-    "DOCUMENT_MODEL_SETTINGS",
     "COUNTED_ROWS",
     "choose_document_mode",
     "long_share",
@@ -55,14 +54,6 @@ __all__ = [
 
 logger = logging.getLogger("pooled_models.train")
 
-# The model settings of document mode (PooledConfig's), given by flags.
-DOCUMENT_MODEL_SETTINGS = (
-    "document_window",
-    "document_stride",
-    "document_pooling",
-    "document_transformer_layers",
-    "document_transformer_heads",
-)
 # --document_mode auto counts the long texts among at most this many training rows (a seeded sample beyond).
 COUNTED_ROWS = 20_000
 
@@ -102,7 +93,7 @@ def choose_document_mode(
     given_mode = args.document_mode  # None: train.py's default, DOCUMENT_MODE_DEFAULT
     if saved is not None:
         return _saved_document_mode(saved, given_mode)
-    given = [name for name in DOCUMENT_MODEL_SETTINGS if settings.get(name) is not None]
+    given = [name for name in DOCUMENT_FIELDS if settings.get(name) is not None]  # PooledConfig's, by flags
     if given_mode == "false" and given:
         raise UsageError(
             f"--document_mode false, but --{given[0]} is a setting of document mode: leave it out, or set "
@@ -149,7 +140,7 @@ def choose_document_mode(
 def _saved_document_mode(saved, given_mode: str | None) -> DocumentMode:
     """A run from a saved pooled model keeps its document mode (its settings cannot change); a contrary
     --document_mode is refused by name."""
-    saved_window = getattr(saved, "document_window", None)
+    saved_window = saved.document_window if saved.reads_documents else None
     if given_mode == "false" and saved_window is not None:
         raise UsageError(
             f"--document_mode false: the model starts from a model saved in document mode (document_window="

@@ -187,16 +187,14 @@ class WindowTransformerLayer(nn.Module):
         return states + self.dropout(self.feed_forward_output(self.dropout(hidden)))
 
 
-def _transformer_heads(config) -> int | None:
-    return None  # filled from the width when the pooler is built (the width is the model's, not the config's)
-
-
 @WINDOW_POOLINGS.register("transformer")
 class TransformerWindowPooler(WindowPooler):
     """A small transformer over the windows' vectors with their positions (hierarchical BERT, Chalkidis et al. 2022;
     Dai et al. 2022), then the maximum over the real windows."""
 
-    config_options = {"document_transformer_layers": 2, "document_transformer_heads": _transformer_heads}
+    # document_transformer_heads unset: chosen from the width when the pooler is built (the width is the model's
+    # pooler's, which the config does not state)
+    config_options = {"document_transformer_layers": 2, "document_transformer_heads": None}
 
     @classmethod
     def check_config(cls, config):

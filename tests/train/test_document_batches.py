@@ -7,7 +7,8 @@ import random
 from datasets import Dataset
 
 from pooled_models.modeling.documents import select_windows, tokenize_documents
-from pooled_models.train.data.documents import long_share, tokenize_windows, window_counts
+from pooled_models.train.data.batching import token_lengths
+from pooled_models.train.data.documents import long_share, tokenize_windows
 from pooled_models.train.data.files import Split
 from pooled_models.train.data.token_budget import (
     TokenBudgetBatches,
@@ -65,7 +66,7 @@ def test_a_capped_training_document_keeps_the_chosen_windows(minilm_tokenizer):
         assert kept[1] == every[1]  # one window: nothing to choose
     assert select_windows(len(every[0]), 4, "start_end") != select_windows(len(every[0]), 4, "start")
     tokenize_windows(split, minilm_tokenizer, "text", 16, 4, max_windows=None, keep="start")
-    assert window_counts(split.encoded) == [len(every[0]), 1]
+    assert token_lengths(split.encoded) == [len(every[0]), 1]
 
 
 def test_the_share_of_long_texts_counts_special_tokens_as_a_window_does(minilm_tokenizer):

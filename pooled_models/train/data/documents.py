@@ -10,7 +10,8 @@ fits in one window is read as the cut model reads it.
 Each row of a tokenized split is a document: ``input_ids`` (and ``token_type_ids``) ``[window][token]``, the windows
 of modeling/documents.py's ``tokenize_documents``. A training document keeps at most ``--max_windows_per_document``
 windows (``--window_keeping`` says which), an evaluated or predicted one ``--eval_max_windows`` (unset: every
-window). Batches are cut by windows, not documents (trainer.py): their sizes come from :func:`window_counts`.
+window). Batches are cut by windows, not documents (trainer.py): their sizes come from a row's number of windows
+(batching.py's ``token_lengths``: the length of its ``input_ids``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ __all__ = [
     "choose_document_mode",
     "long_share",
     "tokenize_windows",
-    "window_counts",
     "default_window_budget",
     "document_lines",
     "refuse_off_settings",
@@ -211,15 +211,10 @@ def _no_token(source: str, column: str, row: int, text: str) -> DataError:
     )
 
 
-def window_counts(rows) -> list[int]:
-    """The number of windows of every row of a tokenized split (read column-wise)."""
-    return token_lengths(rows)
-
-
 def default_window_budget(train_rows, batch_size: int) -> int:
     """The training batches' window budget when --max_windows_per_batch is unset: ``batch_size`` times the training
     documents' mean number of windows (after the cap), so a step holds about ``batch_size`` documents."""
-    counts = window_counts(train_rows)
+    counts = token_lengths(train_rows)
     mean = sum(counts) / len(counts) if counts else 1.0
     return max(batch_size, math.ceil(batch_size * mean))
 
@@ -270,7 +265,7 @@ def document_lines(tasks, documents: DocumentMode, args, window_budget: int | No
     (task,) = tasks.values()
     rows = task.encoded.get("train")
     if rows is not None and len(rows):
-        counts = window_counts(rows)
+        counts = token_lengths(rows)
         capped = args.max_windows_per_document
         line += (
             f"; training documents of {min(counts)} to {max(counts)} windows (mean {sum(counts) / len(counts):.1f}"

@@ -256,7 +256,6 @@ def _document_mode(plan: RunPlan, tasks, tokenizer, model_args, data_args) -> Do
         settings,
         plan.source.saved,
         tasks,
-        tokenizer,
         # the window's default is the length the same run cuts texts at: one decision (model.py)
         run_length=lambda: choose_max_length(data_args.max_seq_length, tokenizer, None, plan.source)[0],
     )

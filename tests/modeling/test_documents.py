@@ -135,7 +135,9 @@ def test_token_and_multi_task_models_refuse_document_mode():
         ValueError, match="'document_window' is a setting of document mode, which a multi-task model"
     ):
         tiny_multitask_model(tasks={"topic": {"kind": "sequence", "num_labels": 2, "document_window": 16}})
-    assert not tiny_multitask_model(tasks={"topic": {"kind": "sequence", "num_labels": 2}}).config.reads_documents
+    assert not tiny_multitask_model(
+        tasks={"topic": {"kind": "sequence", "num_labels": 2}}
+    ).config.reads_documents
 
 
 # -- the cross-window poolers' maths, on plain tensors ------------------------------------------------------------------

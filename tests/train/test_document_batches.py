@@ -8,7 +8,7 @@ from datasets import Dataset
 
 from pooled_models.modeling.documents import select_windows, tokenize_documents
 from pooled_models.train.data.batching import token_lengths
-from pooled_models.train.data.documents import long_share, tokenize_windows
+from pooled_models.train.data.documents import tokenize_windows
 from pooled_models.train.data.files import Split
 from pooled_models.train.data.token_budget import (
     TokenBudgetBatches,
@@ -67,10 +67,3 @@ def test_a_capped_training_document_keeps_the_chosen_windows(minilm_tokenizer):
     assert select_windows(len(every[0]), 4, "start_end") != select_windows(len(every[0]), 4, "start")
     tokenize_windows(split, minilm_tokenizer, "text", 16, 4, max_windows=None, keep="start")
     assert token_lengths(split.encoded) == [len(every[0]), 1]
-
-
-def test_the_share_of_long_texts_counts_special_tokens_as_a_window_does(minilm_tokenizer):
-    # "a b c" is 3 tokens, 5 with [CLS] and [SEP]: longer than a window of 4, not of 5.
-    texts = ["a b c", "a", "a b c d e f"]
-    assert long_share(texts, minilm_tokenizer, 5) == 1 / 3
-    assert long_share(texts, minilm_tokenizer, 4) == 2 / 3

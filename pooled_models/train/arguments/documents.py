@@ -10,12 +10,12 @@ from typing import Any
 
 from ...errors import UsageError
 from ...modeling.documents import WINDOW_KEEPING
+from ..options import REMOVED_VALUES, removed_value_message
 
 __all__ = [
     "DocumentArguments",
     "DOCUMENT_MODE_CHOICES",
     "DOCUMENT_MODE_DEFAULT",
-    "DOCUMENT_MODE_MIN_LONG_SHARE",
     "MAX_WINDOWS_PER_DOCUMENT",
     "WINDOW_KEEPING_DEFAULT",
     "DOCUMENT_GATE_RATE_FACTOR",
@@ -24,19 +24,13 @@ __all__ = [
     "resolved_document_arguments",
 ]
 
-# --document_mode: "auto" reads documents in windows when enough training texts run past one window; "true" always,
-# "false" never (texts cut at the run's length, as before).
-DOCUMENT_MODE_CHOICES = ("auto", "true", "false")
-# train.py's default. Not "auto" yet: no share of long texts is measured to gain enough to pay document mode's
-# training time (docs/long-documents.md, "Defaults": on the manual pages first_plus_rest is level with the cut model
-# at 4 times its time, on the kernel docs 1.7 points above it on the long pages at 13 to 18 times). "auto" is there
-# to ask for.
+# --document_mode: "true" reads every text whole, in windows; "false" cuts it at the run's length, as before. ("auto",
+# on from a share of long training texts, was removed: its threshold was never measured, options/REMOVED_VALUES.)
+DOCUMENT_MODE_CHOICES = ("true", "false")
+# train.py's default: no training set is measured to gain enough to pay document mode's training time
+# (docs/long-documents.md, "Defaults": on the manual pages first_plus_rest is level with the cut model at 4 times its
+# time, on the kernel docs 1.7 points above it on the long pages at 13 to 18 times).
 DOCUMENT_MODE_DEFAULT = "false"
-# --document_mode auto turns document mode on from this share of training texts longer than one window: document mode
-# scores a text that fits in one window as the cut model does, so its gain on a training set is about the share of
-# long texts times its gain on them; at the +10 points on long documents the issue aims for (issue 46), a tenth of
-# long texts gives a point of accuracy. Not yet measured: the gains so far are smaller (see DOCUMENT_MODE_DEFAULT).
-DOCUMENT_MODE_MIN_LONG_SHARE = 0.10
 # A training document keeps at most this many windows (evaluation and prediction read every window unless told).
 MAX_WINDOWS_PER_DOCUMENT = 8
 # Which windows a capped training document keeps (modeling/documents.py, WINDOW_KEEPING). Measured by where the words
@@ -62,10 +56,9 @@ class DocumentArguments:
         default=None,
         metadata={
             "help": "Read each text whole, in overlapping windows pooled across the document (document_window, "
-            "document_stride, document_pooling), instead of cutting it at max_seq_length. 'auto': on when a share of "
-            f"at least {DOCUMENT_MODE_MIN_LONG_SHARE:g} of the training texts run past one window (the log and the model "
-            "card say which, and why); 'true': always (also implied by --document_window); 'false' (the default; "
-            "measured: docs/long-documents.md): never. A model saved in document mode stays in it.",
+            "document_stride, document_pooling), instead of cutting it at max_seq_length. 'true': always (also "
+            "implied by --document_window); 'false' (the default; measured: docs/long-documents.md): never. A model "
+            "saved in document mode stays in it.",
             "choices": list(DOCUMENT_MODE_CHOICES),
         },
     )
@@ -117,6 +110,8 @@ def check_document_arguments(args) -> None:
     """Refuse values out of range (a config file's values bypass argparse's types and choices). Read only: the plan
     resolves what a config file may spell otherwise (resolved_document_arguments)."""
     mode = _document_mode_word(args.document_mode)
+    if mode == REMOVED_VALUES["document_mode"][0]:  # a config built in Python; the parser refuses it first
+        raise UsageError(removed_value_message("document_mode", "The arguments"))
     if mode is not None and mode not in DOCUMENT_MODE_CHOICES:
         raise UsageError(
             f"Unknown document_mode {mode!r}. Valid choices: {', '.join(DOCUMENT_MODE_CHOICES)}."

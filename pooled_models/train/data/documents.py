@@ -1,11 +1,10 @@
 """Document mode in train.py (docs/long-documents.md): whether the run reads whole documents in windows, and its
 splits tokenized into windows.
 
-``--document_mode auto`` counts the training texts that run past one window and turns document mode on from
-``DOCUMENT_MODE_MIN_LONG_SHARE`` of them; ``true`` and ``false`` decide alone; a model saved in document mode stays
-in it. The run's window is ``--document_window``, else the run's one text length
-(``train/model.py``'s ``choose_max_length``, the length the same run without document mode cuts at), so a text that
-fits in one window is read as the cut model reads it.
+``--document_mode true`` (or a document setting such as ``--document_window``) turns it on, ``false`` (the default)
+leaves it off; a model saved in document mode stays in it. The run's window is ``--document_window``, else the run's
+one text length (``train/model.py``'s ``choose_max_length``, the length the same run without document mode cuts
+at), so a text that fits in one window is read as the cut model reads it.
 
 Each row of a tokenized split is a document: ``input_ids`` (and ``token_type_ids``) ``[window][token]``, the windows
 of modeling/documents.py's ``tokenize_documents``. A training document keeps at most ``--max_windows_per_document``
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +28,6 @@ from ...modeling.documents import tokenize_documents
 from ...modeling.window_pooling import document_gate_parameters
 from ..arguments.documents import (
     DOCUMENT_MODE_DEFAULT,
-    DOCUMENT_MODE_MIN_LONG_SHARE,
     document_gate_learning_rate,
 )
 from .batching import token_lengths, tokenized
@@ -41,9 +38,7 @@ if TYPE_CHECKING:  # annotations only
 
 __all__ = [
     "DocumentMode",
-    "COUNTED_ROWS",
     "choose_document_mode",
-    "long_share",
     "tokenize_windows",
     "default_window_budget",
     "document_lines",
@@ -54,9 +49,6 @@ __all__ = [
 
 logger = logging.getLogger("pooled_models.train")
 
-# --document_mode auto counts the long texts among at most this many training rows (a seeded sample beyond).
-COUNTED_ROWS = 20_000
-
 
 @dataclass(frozen=True)
 class DocumentMode:
@@ -66,26 +58,14 @@ class DocumentMode:
     reason: str  # the log's and the card's words
     window: int | None = None
     stride: int | None = None
-    long_share: float | None = None  # of the training texts, when counted
 
     def model_settings(self) -> dict[str, Any]:
         """The settings a new model is built with in document mode (the user's pooling settings are the task's)."""
         return {"document_window": self.window, "document_stride": self.stride} if self.on else {}
 
 
-def long_share(texts: list[str], tokenizer, window: int, seed: int = 0) -> float:
-    """The share of ``texts`` longer than ``window`` tokens with the tokenizer's special tokens (counted on a seeded
-    sample of COUNTED_ROWS where there are more)."""
-    if len(texts) > COUNTED_ROWS:
-        texts = random.Random(seed).sample(texts, COUNTED_ROWS)
-    if not texts:
-        return 0.0
-    lengths = [len(ids) for ids in tokenizer(texts, truncation=False, verbose=False)["input_ids"]]
-    return sum(length > window for length in lengths) / len(lengths)
-
-
 def choose_document_mode(
-    args, settings: dict[str, Any], saved, tasks, tokenizer, run_length: Callable[[], int]
+    args, settings: dict[str, Any], saved, tasks, run_length: Callable[[], int]
 ) -> DocumentMode:
     """Document mode on or off for this run (``args``: the training arguments; ``settings``: the model settings the
     user chose; ``saved``: the config of the model the run starts from, or None; ``run_length``: the run's text
@@ -97,20 +77,14 @@ def choose_document_mode(
     if given_mode == "false" and given:
         raise UsageError(
             f"--document_mode false, but --{given[0]} is a setting of document mode: leave it out, or set "
-            "--document_mode true (or auto)."
+            "--document_mode true."
         )
     mode = given_mode or ("true" if given else DOCUMENT_MODE_DEFAULT)  # a window given asks for document mode
     if mode == "false":
-        why = (
-            "--document_mode false"
-            if given_mode
-            else "train.py's default; --document_mode true or auto reads them"
-        )
+        why = "--document_mode false" if given_mode else "train.py's default; --document_mode true reads them"
         return DocumentMode(False, f"off ({why})")
     refusal = _other_run(tasks)
     if refusal is not None:
-        if mode == "auto" and not given:  # such runs stay as they were
-            return DocumentMode(False, f"off: {refusal}")
         raise UsageError(
             f"--document_mode {mode}: {refusal}. Valid: one sequence-classification task of single texts; "
             "--document_mode false for this run."
@@ -118,23 +92,11 @@ def choose_document_mode(
     window = settings.get("document_window") or run_length()
     stride = settings.get("document_stride")
     stride = default_stride(window) if stride is None else stride
-    if mode == "true" or settings.get("document_window") is not None:
-        if given_mode == "true" or not given:
-            why = "--document_mode true"
-        else:
-            why = f"--document_window {window}" if "document_window" in given else f"--{given[0]}"
-        return DocumentMode(True, f"on ({why})", window, stride)
-    (task,) = tasks.values()
-    if "train" not in task.splits:
-        return DocumentMode(False, "off (auto: no training data to measure)")
-    split = task.splits["train"]
-    share = long_share(list(split.dataset[task.spec.data.text_column]), tokenizer, window, args.seed)
-    counted = f"{share:.0%} of the training texts are longer than one window of {window} tokens"
-    if share >= DOCUMENT_MODE_MIN_LONG_SHARE:
-        reason = f"on (auto: {counted}, at least {DOCUMENT_MODE_MIN_LONG_SHARE:.0%}; --document_mode false cuts them)"
-        return DocumentMode(True, reason, window, stride, share)
-    reason = f"off (auto: {counted}, fewer than {DOCUMENT_MODE_MIN_LONG_SHARE:.0%}; --document_mode true reads them)"
-    return DocumentMode(False, reason, long_share=share)
+    if given_mode == "true" or not given:
+        why = "--document_mode true"
+    else:
+        why = f"--document_window {window}" if "document_window" in given else f"--{given[0]}"
+    return DocumentMode(True, f"on ({why})", window, stride)
 
 
 def _saved_document_mode(saved, given_mode: str | None) -> DocumentMode:

@@ -32,7 +32,9 @@ __all__ = [
     "REMOVED_IN",
     "REMOVED_OPTIONS",
     "AUTO_POOLING",
+    "REMOVED_VALUES",
     "refuse_removed_options",
+    "removed_value_message",
 ]
 
 
@@ -111,6 +113,19 @@ AUTO_POOLING = "auto"
 
 REMOVED_POOLING_AUTO = REMOVED_OPTIONS["auto_poolings"]
 
+# Values removed from settings that stay: setting -> (the value, when it went, why and what to do instead). The CLI
+# refuses each one, from the command line and from a config file, with this text.
+REMOVED_VALUES = {
+    "pooling": (AUTO_POOLING, f"in pooled_models {REMOVED_IN}", REMOVED_POOLING_AUTO),
+    "document_mode": (
+        "auto",
+        "after pooled_models 0.7.1",
+        "its threshold (document mode from 10% of the training texts longer than one window) was never measured to "
+        "gain. Valid choices: true (read every text whole, in windows), false (cut texts at the run's length, the "
+        "default)",
+    ),
+}
+
 
 def removed_option_message(name: str, source: str) -> str:
     return (
@@ -119,20 +134,22 @@ def removed_option_message(name: str, source: str) -> str:
 
 
 def refuse_removed_options(values: dict[str, Any], source: str) -> None:
-    """A UsageError naming the first removed option (or ``pooling: auto``) that ``values`` sets."""
+    """A UsageError naming the first removed option (or removed value: ``pooling: auto``) that ``values`` sets."""
     for key in values:
         name = key.lstrip("-").replace("-", "_").split("=")[0]
         if name in REMOVED_OPTIONS:
             raise UsageError(removed_option_message(name, source))
-        if name == "pooling" and _names_auto(key, values[key]):
-            raise UsageError(
-                f"{source} sets pooling 'auto', which was removed in pooled_models {REMOVED_IN}: "
-                f"{REMOVED_POOLING_AUTO}."
-            )
+        if name in REMOVED_VALUES and _names_value(key, values[key], REMOVED_VALUES[name][0]):
+            raise UsageError(removed_value_message(name, source))
 
 
-def _names_auto(key: str, value: Any) -> bool:
-    return value == AUTO_POOLING or key.endswith(f"={AUTO_POOLING}")
+def removed_value_message(name: str, source: str) -> str:
+    value, when, why = REMOVED_VALUES[name]
+    return f"{source} sets {name} {value!r}, which was removed {when}: {why}."
+
+
+def _names_value(key: str, value: Any, removed: str) -> bool:
+    return value == removed or key.endswith(f"={removed}")
 
 
 # The parameter groups' shared pieces (which parameters are the head, which are label-token embeddings, which

@@ -183,8 +183,11 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
-    document_rows = document_card_rows(documents, plan.trainer_args, window_budget, model)
-    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout, document_rows)
+    document_rows = document_card_rows(documents, plan.trainer_args, window_budget)
+    optimizer = trainer.optimizer if plan.trainer_args.do_train else None  # the card gives the rates it used
+    return _publish(
+        plan, staging, model, tasks, metrics, parameters, zero_shot, layout, document_rows, optimizer
+    )
 
 
 def _zero_shot_evaluation(
@@ -437,10 +440,16 @@ def _publish(
     zero_shot,
     layout: BatchLayout,
     document_rows: dict,
+    optimizer,
 ) -> RunResult:
+    """Write the card, results and predictions' summary into the staging folder and publish it (``optimizer``: the
+    one training used, whose rates the card gives; None without training)."""
     # The card describes a pooling (a factory's model has none) and a model this run publishes.
     if plan.model_factory is None and plan.publishes_model:
-        card = card_data(plan, model, tasks, metrics, pushed=plan.push_to_hub, layout=layout.card_rows())
+        rows = layout.card_rows()
+        card = card_data(
+            plan, model, tasks, metrics, pushed=plan.push_to_hub, layout=rows, optimizer=optimizer
+        )
         card.training_settings.update(document_rows)
         card.zero_shot = zero_shot.result if zero_shot is not None else None
         render_model_card(card).save(staging.work / "README.md")

@@ -11,6 +11,7 @@ from typing import Any
 from ...errors import UsageError
 from ...modeling.documents import WINDOW_KEEPING
 from ..options import REMOVED_VALUES, removed_value_message
+from ..options.document_gate import DOCUMENT_GATE_RATE_FACTOR
 
 __all__ = [
     "DocumentArguments",
@@ -18,8 +19,6 @@ __all__ = [
     "DOCUMENT_MODE_DEFAULT",
     "MAX_WINDOWS_PER_DOCUMENT",
     "WINDOW_KEEPING_DEFAULT",
-    "DOCUMENT_GATE_RATE_FACTOR",
-    "document_gate_learning_rate",
     "check_document_arguments",
     "resolved_document_arguments",
 ]
@@ -39,15 +38,6 @@ MAX_WINDOWS_PER_DOCUMENT = 8
 # within a page or two at the default cap of 8 windows (0.871-0.876, every window 0.880) and at 2; at 4, spread reads
 # 3 pages more. start_end keeps a page's opening and its close, where a summary and the closing notes sit.
 WINDOW_KEEPING_DEFAULT = "start_end"
-# first_plus_rest's gate (one number per dimension, from zero) trains at this many times the head's rate, unless
-# --document_gate_learning_rate says otherwise. Why: Adam moves a parameter by about its learning rate a step, so at
-# the head's rate (5e-3, warmed up and decayed) the gate of a 2-epoch kernel-docs run (72 steps) can open by about
-# 0.18 (the sum of its rate over the steps): the windows after the first were barely read, and the model scored as
-# the cut one. At ten times it opens to about 0.43 (bench/results/long_documents/manpages_400) and the
-# kernel docs' long pages score 1.7 points over the cut model (docs/long-documents.md, "Defaults"). At thirty times
-# the gate opened to about 0.94 and the long pages scored as the cut model's (kernel docs, seed 0:
-# bench/results/long_documents/kernel_docs_gate_0.15).
-DOCUMENT_GATE_RATE_FACTOR = 10.0
 
 
 @dataclass
@@ -94,7 +84,8 @@ class DocumentArguments:
             "help": "Document mode, training, document_pooling first_plus_rest: the learning rate of the gate that "
             "lets the windows after the first into the document's vector. Unset: "
             f"{DOCUMENT_GATE_RATE_FACTOR:g} times head_learning_rate (measured: docs/long-documents.md), since "
-            "the gate starts at zero and Adam moves it by about its rate a step."
+            "the gate starts at zero and Adam moves it by about its rate a step. The rule is an option of "
+            "train/options/ (document_gate.py); the model card gives the rate the optimizer used."
         },
     )
     eval_max_windows: int | None = field(
@@ -126,16 +117,6 @@ def check_document_arguments(args) -> None:
             continue  # no cap (resolved_document_arguments)
         if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
             raise UsageError(f"{name} must be a whole number >= 1 (or unset), got {number!r}.")
-    rate = args.document_gate_learning_rate
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0):
-        raise UsageError(f"document_gate_learning_rate must be a number > 0 (or unset), got {rate!r}.")
-
-
-def document_gate_learning_rate(args, head_rate: float) -> float:
-    """The learning rate of first_plus_rest's gate: ``--document_gate_learning_rate``, else DOCUMENT_GATE_RATE_FACTOR
-    times ``head_rate``, the rate of the head the gate belongs to."""
-    rate = getattr(args, "document_gate_learning_rate", None)
-    return DOCUMENT_GATE_RATE_FACTOR * head_rate if rate is None else rate
 
 
 def resolved_document_arguments(args) -> dict[str, Any]:

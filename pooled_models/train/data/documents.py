@@ -25,11 +25,7 @@ from ...errors import DataError, UsageError, where
 from ...modeling.configuration_multitask import SEQUENCE
 from ...modeling.document_settings import DOCUMENT_FIELDS, default_stride
 from ...modeling.documents import tokenize_documents
-from ...modeling.window_pooling import document_gate_parameters
-from ..arguments.documents import (
-    DOCUMENT_MODE_DEFAULT,
-    document_gate_learning_rate,
-)
+from ..arguments.documents import DOCUMENT_MODE_DEFAULT
 from .batching import token_lengths, tokenized
 
 if TYPE_CHECKING:  # annotations only
@@ -238,10 +234,10 @@ def document_lines(tasks, documents: DocumentMode, args, window_budget: int | No
     return [line + f"; evaluation and prediction read {read} of a document"]
 
 
-def document_card_rows(documents: DocumentMode, args, window_budget: int | None, model) -> dict[str, Any]:
+def document_card_rows(documents: DocumentMode, args, window_budget: int | None) -> dict[str, Any]:
     """The model card's "Training settings" rows of document mode: on or off and why, and (on) how many windows
-    training and evaluation read, and the rate of first_plus_rest's gate (the window, stride and cross-window pooling
-    are rows of the card's pooling table, card/classifier.py)."""
+    training and evaluation read (the window, stride and cross-window pooling are rows of the card's pooling table,
+    card/classifier.py; the rate of first_plus_rest's gate is its option's row, options/document_gate.py)."""
     if not documents.on:
         return {"document mode": documents.reason} if args.document_mode is not None else {}
     rows: dict[str, Any] = {"document mode": documents.reason}
@@ -251,9 +247,6 @@ def document_card_rows(documents: DocumentMode, args, window_budget: int | None,
             f"at most {capped} ({args.window_keeping})" if capped else "all"
         )
         rows["windows per training batch"] = f"at most {window_budget}"
-        if document_gate_parameters(model):
-            head_rate = args.head_learning_rate or args.learning_rate  # as the card's head row reads it
-            rows["learning rate (cross-window gate)"] = document_gate_learning_rate(args, head_rate)
     read = "all" if args.eval_max_windows is None else f"the first {args.eval_max_windows}"
     rows["windows read in evaluation and prediction"] = read
     return rows

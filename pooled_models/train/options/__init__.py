@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 import pkgutil
+from collections.abc import Mapping
 from typing import Any
 
 from ...errors import UsageError
@@ -44,6 +45,9 @@ class TrainingOption:
 
     name: str = ""
     card_label: str = ""  # the row the model card gives it in "Training settings"
+    # On, the Trainer computes the loss itself and offers it to training_loss (trainer.py, _loss). False: the option
+    # leaves Trainer's own loss path alone (a rate rule that joined later, so that its runs train as before).
+    offers_loss: bool = True
 
     def is_on(self, args) -> bool:
         raise NotImplementedError
@@ -54,15 +58,19 @@ class TrainingOption:
     def check_model(self, model, args) -> None:
         """Refuse, before the run writes anything, a model the option cannot apply to."""
 
-    def learning_rates(self, model, args) -> dict[int, float]:
-        """id of a parameter -> its learning rate, for the parameters this option gives their own."""
+    def learning_rates(self, model, args, head_rates: Mapping[int, float]) -> dict[int, float]:
+        """id of a parameter -> its learning rate, for the parameters this option gives their own. ``head_rates``: the
+        rates the run gave each task's pooler and head and the label-token embeddings (a parameter missing trains at
+        ``args.learning_rate``), which an option's rule may start from; the option's rates are laid over them."""
         return {}
 
     def training_loss(self, model, inputs, outputs, args):
         """The training loss this option computes instead of the model's, or None to keep the model's."""
         return None
 
-    def card_row(self, args) -> dict[str, Any]:
+    def card_row(self, args, model=None, optimizer=None) -> dict[str, Any]:
+        """The option's row of the card's training settings. ``model`` and ``optimizer``: the trained model and the
+        optimizer it trained with (None where the run did not train), for a row that gives what training used."""
         return {self.card_label: getattr(args, self.name)} if self.is_on(args) else {}
 
 

@@ -36,11 +36,10 @@ __all__ = [
     "DocumentMode",
     "choose_document_mode",
     "tokenize_windows",
-    "default_window_budget",
-    "document_lines",
+    "DocumentReading",
+    "read_documents",
     "refuse_off_settings",
     "tokenize_document_task",
-    "document_card_rows",
 ]
 
 logger = logging.getLogger("pooled_models.train")
@@ -169,14 +168,6 @@ def _no_token(source: str, column: str, row: int, text: str) -> DataError:
     )
 
 
-def default_window_budget(train_rows, batch_size: int) -> int:
-    """The training batches' window budget when --max_windows_per_batch is unset: ``batch_size`` times the training
-    documents' mean number of windows (after the cap), so a step holds about ``batch_size`` documents."""
-    counts = token_lengths(train_rows)
-    mean = sum(counts) / len(counts) if counts else 1.0
-    return max(batch_size, math.ceil(batch_size * mean))
-
-
 def refuse_off_settings(documents: DocumentMode, args) -> None:
     """Refuse, by name, document settings a run without document mode would drop, and a token budget in it."""
     if documents.on:
@@ -213,40 +204,81 @@ def tokenize_document_task(task: TaskData, tokenizer, config, args) -> None:
         task.encoded[name] = split.encoded
 
 
-def document_lines(tasks, documents: DocumentMode, args, window_budget: int | None) -> list[str]:
-    """The log's lines on document mode: on or off and why; on, the windows and what the training documents became."""
-    line = f"Document mode {documents.reason}"
-    if not documents.on:
-        # Only worth a line when the choice was made on the data, or asked for.
-        return [line] if args.document_mode is not None else []
-    line += f": windows of {documents.window} tokens, {documents.stride} shared by consecutive windows"
-    (task,) = tasks.values()
-    rows = task.encoded.get("train")
-    if rows is not None and len(rows):
-        counts = token_lengths(rows)
-        capped = args.max_windows_per_document
-        line += (
-            f"; training documents of {min(counts)} to {max(counts)} windows (mean {sum(counts) / len(counts):.1f}"
-            + (f", at most {capped}, keeping {args.window_keeping}" if capped else ", every window")
-            + f"), batches of at most {window_budget} windows"
-        )
-    read = "every window" if args.eval_max_windows is None else f"at most {args.eval_max_windows} windows"
-    return [line + f"; evaluation and prediction read {read} of a document"]
+@dataclass(frozen=True)
+class DocumentReading:
+    """What a run reads of its documents, worked out once from the decision, the arguments and the training rows; the
+    log's line and the model card's rows are both written from it (the window, stride and cross-window pooling are
+    rows of the card's pooling table, card/classifier.py; the gate's rate is its option's row,
+    options/document_gate.py)."""
+
+    mode: DocumentMode
+    said: bool  # whether an off decision is worth saying: --document_mode was given
+    trains: bool  # --do_train
+    training_windows: tuple[int, int, float] | None  # the training documents' fewest, most and mean windows
+    cap: int | None  # --max_windows_per_document (None: every window)
+    keeping: str  # --window_keeping
+    window_budget: int | None  # a training batch's windows; None outside document mode
+    eval_max_windows: int | None  # --eval_max_windows (None: every window)
+
+    def lines(self, length_line: str) -> list[str]:
+        """The log's lines: outside document mode the run's text length (and the decision, when asked about); in
+        it, the windows and what the training documents became."""
+        line = f"Document mode {self.mode.reason}"
+        if not self.mode.on:
+            return [length_line, line] if self.said else [length_line]
+        line += f": windows of {self.mode.window} tokens, {self.mode.stride} shared by consecutive windows"
+        if self.training_windows is not None:
+            fewest, most, mean = self.training_windows
+            kept = f", at most {self.cap}, keeping {self.keeping}" if self.cap else ", every window"
+            line += (
+                f"; training documents of {fewest} to {most} windows (mean {mean:.1f}{kept}), batches of at most "
+                f"{self.window_budget} windows"
+            )
+        read = "every window" if self.eval_max_windows is None else f"at most {self.eval_max_windows} windows"
+        return [line + f"; evaluation and prediction read {read} of a document"]
+
+    def card_rows(self) -> dict[str, Any]:
+        """The model card's "Training settings" rows: on or off and why (off: when asked about), and (on) how many
+        windows training and evaluation read."""
+        if not self.mode.on:
+            return {"document mode": self.mode.reason} if self.said else {}
+        rows: dict[str, Any] = {"document mode": self.mode.reason}
+        if self.trains:
+            rows["windows per training document"] = (
+                f"at most {self.cap} ({self.keeping})" if self.cap else "all"
+            )
+            rows["windows per training batch"] = f"at most {self.window_budget}"
+        read = "all" if self.eval_max_windows is None else f"the first {self.eval_max_windows}"
+        rows["windows read in evaluation and prediction"] = read
+        return rows
 
 
-def document_card_rows(documents: DocumentMode, args, window_budget: int | None) -> dict[str, Any]:
-    """The model card's "Training settings" rows of document mode: on or off and why, and (on) how many windows
-    training and evaluation read (the window, stride and cross-window pooling are rows of the card's pooling table,
-    card/classifier.py; the rate of first_plus_rest's gate is its option's row, options/document_gate.py)."""
-    if not documents.on:
-        return {"document mode": documents.reason} if args.document_mode is not None else {}
-    rows: dict[str, Any] = {"document mode": documents.reason}
-    if args.do_train:
-        capped = args.max_windows_per_document
-        rows["windows per training document"] = (
-            f"at most {capped} ({args.window_keeping})" if capped else "all"
-        )
-        rows["windows per training batch"] = f"at most {window_budget}"
-    read = "all" if args.eval_max_windows is None else f"the first {args.eval_max_windows}"
-    rows["windows read in evaluation and prediction"] = read
-    return rows
+def read_documents(tasks, documents: DocumentMode, args) -> DocumentReading:
+    """The run's :class:`DocumentReading` (``args``: the training arguments as the plan resolved them). The window
+    budget: --max_windows_per_batch, else per_device_train_batch_size times the training documents' mean number of
+    windows (after the cap), so a step holds about per_device_train_batch_size documents."""
+    counts = None
+    if documents.on:
+        (task,) = tasks.values()
+        rows = task.encoded.get("train")
+        counts = token_lengths(rows) if rows is not None and len(rows) else None
+    batch_size = args.per_device_train_batch_size
+    budget = None
+    if documents.on:
+        budget = args.max_windows_per_batch
+        if budget is None:
+            budget = (
+                batch_size
+                if not counts
+                else max(batch_size, math.ceil(batch_size * sum(counts) / len(counts)))
+            )
+    return DocumentReading(
+        mode=documents,
+        said=args.document_mode is not None,
+        trains=args.do_train,
+        training_windows=None if not counts else (min(counts), max(counts), sum(counts) / len(counts)),
+        cap=args.max_windows_per_document,
+        keeping=args.window_keeping,
+        window_budget=budget,
+        eval_max_windows=args.eval_max_windows,
+    )

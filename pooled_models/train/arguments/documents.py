@@ -11,7 +11,6 @@ from typing import Any
 from ...errors import UsageError
 from ...modeling.documents import WINDOW_KEEPING
 from ..options import REMOVED_VALUES, removed_value_message
-from ..options.document_gate import DOCUMENT_GATE_RATE_FACTOR
 
 __all__ = [
     "DocumentArguments",
@@ -19,6 +18,7 @@ __all__ = [
     "DOCUMENT_MODE_DEFAULT",
     "MAX_WINDOWS_PER_DOCUMENT",
     "WINDOW_KEEPING_DEFAULT",
+    "DOCUMENT_GATE_RATE_FACTOR",
     "check_document_arguments",
     "resolved_document_arguments",
 ]
@@ -38,6 +38,16 @@ MAX_WINDOWS_PER_DOCUMENT = 8
 # within a page or two at the default cap of 8 windows (0.871-0.876, every window 0.880) and at 2; at 4, spread reads
 # 3 pages more. start_end keeps a page's opening and its close, where a summary and the closing notes sit.
 WINDOW_KEEPING_DEFAULT = "start_end"
+
+# first_plus_rest's gate (one number per dimension, from zero) trains at this many times the head's rate, unless
+# --document_gate_learning_rate says otherwise. Why: Adam moves a parameter by about its learning rate a step, so at
+# the head's rate (5e-3, warmed up and decayed) the gate of a 2-epoch kernel-docs run (72 steps) can open by about
+# 0.18 (the sum of its rate over the steps): the windows after the first were barely read, and the model scored as
+# the cut one. At ten times it opens to about 0.43 (bench/results/long_documents/manpages_400) and the
+# kernel docs' long pages score 1.7 points over the cut model (docs/long-documents.md, "Defaults"). At thirty times
+# the gate opened to about 0.94 and the long pages scored as the cut model's (kernel docs, seed 0:
+# bench/results/long_documents/kernel_docs_gate_0.15).
+DOCUMENT_GATE_RATE_FACTOR = 10.0  # the rule: options/document_gate.py
 
 
 @dataclass

@@ -10,19 +10,10 @@ from typing import Any
 
 from ...errors import UsageError
 from ...modeling.window_pooling import document_gate_parameters
+from ..arguments.documents import DOCUMENT_GATE_RATE_FACTOR  # the flag's default, with its measurement
 from . import TrainingOption, register_option, require_number
 
-__all__ = ["DOCUMENT_GATE_RATE_FACTOR", "DocumentGateRate", "gate_learning_rate"]
-
-# first_plus_rest's gate (one number per dimension, from zero) trains at this many times the head's rate, unless
-# --document_gate_learning_rate says otherwise. Why: Adam moves a parameter by about its learning rate a step, so at
-# the head's rate (5e-3, warmed up and decayed) the gate of a 2-epoch kernel-docs run (72 steps) can open by about
-# 0.18 (the sum of its rate over the steps): the windows after the first were barely read, and the model scored as
-# the cut one. At ten times it opens to about 0.43 (bench/results/long_documents/manpages_400) and the
-# kernel docs' long pages score 1.7 points over the cut model (docs/long-documents.md, "Defaults"). At thirty times
-# the gate opened to about 0.94 and the long pages scored as the cut model's (kernel docs, seed 0:
-# bench/results/long_documents/kernel_docs_gate_0.15).
-DOCUMENT_GATE_RATE_FACTOR = 10.0
+__all__ = ["DocumentGateRate", "gate_learning_rate"]
 
 
 def gate_learning_rate(given: float | None, head_rate: float) -> float:

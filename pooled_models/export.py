@@ -40,7 +40,7 @@ class _Exported(nn.Module):
         super().__init__()
         self.model = model
         self.input_names = ["input_ids", "attention_mask"] + (["token_type_ids"] if with_token_types else [])
-        if getattr(model.config, "document_window", None) is not None:
+        if model.config.reads_documents:
             self.input_names.append("document_windows")
         if isinstance(model, PooledForMultiTask):
             self.output_names = [f"{task}_logits" for task in model.config.tasks]
@@ -112,7 +112,7 @@ def _sample_batch(
         mask[1, length // 2 :] = 0
         ids[1, length // 2 :] = model.pad_token_id
     sample = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-    if getattr(model.config, "document_window", None) is not None:
+    if model.config.reads_documents:
         # The windows as documents of 2, 1, 2... windows (the last one cut to fit): a padded layout from 2 documents on.
         owners = [document for document in range(batch) for _ in range(2 - document % 2)][:batch]
         sample["document_windows"] = document_windows_from(owners)

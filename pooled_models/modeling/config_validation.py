@@ -12,7 +12,7 @@ from typing import Any
 
 from transformers.configuration_utils import PreTrainedConfig
 
-from .document_settings import check_document_settings, stale_document_settings
+from .document_settings import check_document_settings, chosen_window_pooling, stale_document_settings
 from .heads import HEADS
 from .losses import MULTI_LABEL_LOSSES
 from .pooling import POOLINGS
@@ -21,10 +21,22 @@ from .registry import LABEL_TOKEN_INITS, Registry
 from .text_length import check_max_seq_length
 from .window_pooling import WINDOW_POOLINGS
 
-__all__ = ["SettingsValidation", "CHOICES", "PER_LABEL"]
+__all__ = ["SettingsValidation", "CHOICES", "PER_LABEL", "chosen_part"]
 
-# Each registry and the setting that picks from it. PooledConfig checks every choice by looping over these.
-CHOICES: tuple[Registry, ...] = (POOLINGS, HEADS, MULTI_LABEL_LOSSES)
+# Each registry and the setting that picks from it. PooledConfig checks every choice by looping over these. The window
+# poolings last: a window pooling's defaults read the pooling's width, and it is chosen only in document mode.
+CHOICES: tuple[Registry, ...] = (POOLINGS, HEADS, MULTI_LABEL_LOSSES, WINDOW_POOLINGS)
+
+
+def chosen_part(config, registry: Registry) -> type | None:
+    """The part ``registry`` picks for ``config`` (None: none applies, the window poolings outside document mode). A
+    name no part has is refused, naming the valid ones."""
+    if registry is WINDOW_POOLINGS:
+        name = chosen_window_pooling(config)
+        return None if name is None else registry.lookup(name)
+    return registry.lookup(getattr(config, registry.setting))
+
+
 # Settings with one value per label: they no longer fit when the number of labels changes.
 PER_LABEL = (
     "label_token_init_ids",
@@ -43,12 +55,12 @@ class SettingsValidation:
     def _validate(self) -> None:
         """Every check and default: settings that do not apply refused, those that apply filled in and checked."""
         self._check_dropout()
+        check_document_settings(self)  # document mode on or off: whether a window pooling is chosen below
         for registry in CHOICES:
             self._check_choice(registry)
         self._check_multi_label()
         _check_packing(self)
         check_max_seq_length(self.max_seq_length)
-        check_document_settings(self)
         if self.initializer_range is None:
             self.initializer_range = getattr(self.backbone_config, "initializer_range", None) or 0.02
 
@@ -82,7 +94,8 @@ class SettingsValidation:
     def _left_behind(self, edited: set[str], labels_changed: bool, vocabulary_shrank: bool) -> list[str]:
         chosen: dict[str, Any] = {}
         for registry in CHOICES:
-            chosen.update(registry.lookup(getattr(self, registry.setting)).options_for(self))
+            part = chosen_part(self, registry)
+            chosen.update({} if part is None else part.options_for(self))
         stale = {name for registry in CHOICES for name in registry.every_option()} - set(chosen)
         if labels_changed:
             stale |= {name for name in PER_LABEL if name != "decision_threshold"}
@@ -109,9 +122,11 @@ class SettingsValidation:
 
     def _check_choice(self, registry: Registry) -> None:
         """The part chosen from ``registry``: settings of other parts refused, its own filled in, then checked."""
-        name = getattr(self, registry.setting)
-        part = registry.lookup(name)
-        self._fill_settings(f"{registry.setting}={name!r}", part.options_for(self), registry.every_option())
+        part = chosen_part(self, registry)
+        if part is None:  # no window pooling outside document mode: its settings were refused with the others
+            return
+        owner = f"{registry.setting}={getattr(self, registry.setting)!r}"
+        self._fill_settings(owner, part.options_for(self), registry.every_option())
         part.check_config(self)
 
     def _fill_settings(self, owner: str, applicable: dict[str, Any], every: set[str]) -> None:
@@ -120,7 +135,7 @@ class SettingsValidation:
             if getattr(self, option, None) is not None:
                 readers = [
                     reader
-                    for registry in (*CHOICES, LABEL_TOKEN_INITS, WINDOW_POOLINGS)
+                    for registry in (*CHOICES, LABEL_TOKEN_INITS)
                     for reader in registry.readers_of(option)
                 ]
                 raise ValueError(

@@ -30,7 +30,7 @@ from .configuration_pooled import (
     _clean_backbone_config,
     _serialised,
 )
-from .document_settings import DOCUMENT_SETTINGS
+from .document_settings import DOCUMENT_FIELDS
 from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .label_text_margin import stated_before_the_margin
@@ -55,8 +55,7 @@ SHARED_SETTINGS = (
 )
 LABEL_SETTINGS = ("id2label", "label2id", "num_labels", "problem_type")
 # Document mode pools one head's windows across a document; a multi-task model's tasks share one pass of the backbone
-# over one text, so it has no document mode (document_settings.py).
-DOCUMENT_FIELDS = ("document_window", *DOCUMENT_SETTINGS)
+# over one text, so it has no document mode (document_settings.py's DOCUMENT_FIELDS).
 DOCUMENT_REFUSAL = (
     " is a setting of document mode, which a multi-task model has not (its tasks share one backbone pass over a text): "
     "train a PooledForSequenceClassification with document_window for a task that reads whole documents"
@@ -209,6 +208,11 @@ class PooledMultiTaskConfig(TextConfigSizes, PreTrainedConfig):
 
     def _current(self) -> dict[str, Any]:
         return copy.deepcopy({name: getattr(self, name, None) for name in VALIDATED})
+
+    @property
+    def reads_documents(self) -> bool:
+        """Always False: a multi-task model's tasks share one backbone pass over one text (DOCUMENT_REFUSAL)."""
+        return False
 
     @property
     def has_pending_changes(self) -> bool:

@@ -29,7 +29,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 # copies the files a module imports with "from .module import").
 from .compat import BACKBONE_SUB_CONFIGS, backbone_sub_config_defaults, default_backbone_config
 from .config_validation import CHOICES, SettingsValidation
-from .document_settings import document_structure
+from .document_settings import document_structure, reads_documents
 from .engines import refuse_engine_without_plugin
 from .heads import HEADS
 from .label_text import LabelTextPooler  # noqa: F401  (registers pooling "label_text")
@@ -326,6 +326,11 @@ class PooledConfig(SettingsValidation, TextConfigSizes, PreTrainedConfig):
         if self.id2label is not None and self.label2id is None:
             self.label2id = {label: index for index, label in self.id2label.items()}
         self._settle()
+
+    @property
+    def reads_documents(self) -> bool:
+        """Whether the model is in document mode: a text read whole, in windows (``document_window`` set)."""
+        return reads_documents(self)
 
     # -- validation -----------------------------------------------------------------------------------------
     # The rules and the snapshot edits are read against: SettingsValidation (config_validation.py).

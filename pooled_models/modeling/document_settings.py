@@ -1,6 +1,7 @@
 """The settings of document mode (``document_window``, ``document_stride``, ``document_pooling`` and its own), checked
 as one rule that spans them: without a window none of the others applies; with one, the stride defaults to an eighth
-of it and must be smaller, the cross-window pooling defaults to ``mean`` and its settings are filled and checked.
+of it and must be smaller, and the cross-window pooling defaults to ``first_plus_rest``. The pooling's own settings are
+filled and checked with every other registered choice (config_validation.py's ``CHOICES``).
 
 This file is copied next to saved checkpoints for ``trust_remote_code`` loading, so it imports only
 torch, transformers and its sibling model files.
@@ -11,11 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from .pooling import require_int
-from .window_pooling import WINDOW_POOLINGS
+from .window_pooling import WINDOW_POOLINGS, reads_documents
 
 __all__ = [
     "DOCUMENT_SETTINGS",
+    "DOCUMENT_FIELDS",
     "DEFAULT_DOCUMENT_POOLING",
+    "reads_documents",
+    "chosen_window_pooling",
     "check_document_settings",
     "stale_document_settings",
     "document_structure",
@@ -26,6 +30,17 @@ __all__ = [
 DEFAULT_DOCUMENT_POOLING = "first_plus_rest"
 # What only document mode reads (document_window switches it on).
 DOCUMENT_SETTINGS = ("document_stride", "document_pooling", *sorted(WINDOW_POOLINGS.every_option()))
+# Every setting of document mode, the window first: the one list the config, the multi-task config's refusal,
+# train.py's flags and its model card read.
+DOCUMENT_FIELDS = ("document_window", *DOCUMENT_SETTINGS)
+
+
+def chosen_window_pooling(config) -> str | None:
+    """The cross-window pooling ``config`` reads: its ``document_pooling``, else the default; None outside document
+    mode, where no window pooling applies."""
+    if not reads_documents(config):
+        return None
+    return config.document_pooling or DEFAULT_DOCUMENT_POOLING
 
 
 def default_stride(window: int) -> int:
@@ -35,8 +50,9 @@ def default_stride(window: int) -> int:
 
 
 def check_document_settings(config) -> None:
-    """Refuse document settings without ``document_window``; fill in and check them with it."""
-    window = getattr(config, "document_window", None)
+    """Refuse document settings without ``document_window``; fill in and check the window, the stride and the
+    pooling's name with it (the pooling's own settings are checked with the other choices)."""
+    window = config.document_window
     if window is None:
         for name in DOCUMENT_SETTINGS:
             if getattr(config, name, None) is not None:
@@ -55,26 +71,13 @@ def check_document_settings(config) -> None:
             f"document_stride={stride!r} must be an integer from 0 to {window - 1}: the tokens consecutive windows "
             f"share, fewer than the document_window={window} tokens of a window (the tokenizer's `stride`)."
         )
-    if config.document_pooling is None:
-        config.document_pooling = DEFAULT_DOCUMENT_POOLING
-    part = WINDOW_POOLINGS.lookup(config.document_pooling)
-    config._fill_settings(
-        f"document_pooling={config.document_pooling!r}",
-        part.options_for(config),
-        WINDOW_POOLINGS.every_option(),
-    )
-    part.check_config(config)
+    config.document_pooling = chosen_window_pooling(config)
 
 
 def stale_document_settings(config) -> set[str]:
-    """The document settings that no longer apply after an edit: all of them without a window, else those of the
-    cross-window poolings not chosen."""
-    if getattr(config, "document_window", None) is None:
-        return set(DOCUMENT_SETTINGS)
-    chosen = config.document_pooling or DEFAULT_DOCUMENT_POOLING
-    if chosen not in WINDOW_POOLINGS:
-        return set()
-    return WINDOW_POOLINGS.every_option() - set(WINDOW_POOLINGS[chosen].options_for(config))
+    """The document settings that no longer apply after an edit that took the window away: all of them (those of the
+    cross-window poolings not chosen are the other choices' rule, config_validation.py)."""
+    return set() if reads_documents(config) else set(DOCUMENT_SETTINGS)
 
 
 def document_structure(config) -> dict[str, Any]:
@@ -86,7 +89,7 @@ def document_structure(config) -> dict[str, Any]:
 
 def check_window_fits(config, position_budget: int | None, added_tokens: int) -> None:
     """A window the backbone has positions for (less the tokens the pooler inserts in every input)."""
-    window = getattr(config, "document_window", None)
+    window = config.document_window
     if window is None or position_budget is None:
         return
     limit = position_budget - added_tokens

@@ -205,8 +205,9 @@ class DocumentCollator:
         pad_token_id: the id padding windows get (default: the tokenizer's, else 0).
         padding_side: ``"right"`` or ``"left"`` (default: the tokenizer's, else right).
         pad_to_multiple_of: pad the window length to a multiple of this (tensor cores like multiples of 8).
-        max_windows: keep at most this many windows of a document (None: all), chosen by ``keep``.
-        keep: which windows a capped document keeps, one of ``WINDOW_KEEPING``.
+
+    Every window a row holds is read: a document is capped where it is tokenized (``tokenize_documents``'s
+    ``max_windows`` and ``keep``), once.
     """
 
     def __init__(
@@ -215,17 +216,12 @@ class DocumentCollator:
         pad_token_id: int | None = None,
         padding_side: str | None = None,
         pad_to_multiple_of: int | None = None,
-        max_windows: int | None = None,
-        keep: str = "start",
     ):
-        select_windows(1, max_windows, keep)  # the cap and the choice checked now, not at the first batch
         if pad_token_id is None:
             pad_token_id = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = 0 if pad_token_id is None else pad_token_id
         self.padding_side = padding_side or getattr(tokenizer, "padding_side", None) or "right"
         self.pad_to_multiple_of = pad_to_multiple_of
-        self.max_windows = max_windows
-        self.keep = keep
 
     def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         documents = []
@@ -236,9 +232,12 @@ class DocumentCollator:
                     f"features[{index}]['input_ids'] must be a document's windows (a list of token id lists, as "
                     "tokenize_documents gives per text), with at least one window."
                 )
-            kept = select_windows(len(windows), self.max_windows, self.keep)
             documents.append(
-                {name: [list(feature[name][k]) for k in kept] for name in WINDOW_INPUTS if name in feature}
+                {
+                    name: [list(window) for window in feature[name]]
+                    for name in WINDOW_INPUTS
+                    if name in feature
+                }
             )
         batch = document_batch(documents, self.pad_token_id, self.padding_side, self.pad_to_multiple_of)
         label_key = "labels" if "labels" in features[0] else "label" if "label" in features[0] else None

@@ -96,7 +96,7 @@ class SentenceEncoderMixin:
         label_index = self._label_index(label)
         # Document mode (document_encoding.py): every window of a text read, batch_size counting windows.
         encode_batches = self._encode_in_sorted_batches
-        if getattr(self.config, "document_window", None) is not None:
+        if self.config.reads_documents:
             refuse_text_length(self.config, max_length)
             encode_batches = self._encode_documents
         tokenizer = self._encoding_tokenizer(tokenizer)

@@ -248,6 +248,19 @@ class PooledPreTrainedModel(CheckpointLoading, BackboneRunner, PreTrainedModel):
             inputs[FLAT_BATCH] = flat
         return inputs
 
+    def _document_inputs(
+        self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, attentions, kwargs
+    ):
+        """The checked inputs of a forward pass that may read documents (``_model_inputs``), and document mode's
+        ``document_windows`` taken out of ``kwargs`` (None: each row is a text of its own). Warns once where a model in
+        document mode gets rows as long as a window without it (window_pooling.warn_rows_may_be_cut)."""
+        document_windows = kwargs.pop("document_windows", None)
+        warn_rows_may_be_cut(self, input_ids if input_ids is not None else inputs_embeds, document_windows)
+        inputs = self._model_inputs(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, attentions, kwargs
+        )
+        return inputs, document_windows
+
     def embed(
         self,
         input_ids: torch.Tensor | None = None,
@@ -260,9 +273,7 @@ class PooledPreTrainedModel(CheckpointLoading, BackboneRunner, PreTrainedModel):
         """The pooled vectors of a batch, ``[batch, pooler.output_dim]`` (``[batch, num_labels, hidden]`` for label
         tokens and label text): what ``PooledModel`` returns as ``pooler_output``, also from a classifier (before its
         head)."""
-        document_windows = kwargs.pop("document_windows", None)
-        warn_rows_may_be_cut(self, input_ids if input_ids is not None else inputs_embeds, document_windows)
-        inputs = self._model_inputs(
+        inputs, document_windows = self._document_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, None, kwargs
         )
         pooled = self.pooler.encode(self._backbone_call(inputs), inputs, False)[1]
@@ -329,9 +340,7 @@ class PooledModel(SentenceEncoderMixin, PooledPreTrainedModel):
         mode the rows are windows, `document_windows` `[documents, max_windows]` says whose (documents.py), and
         `pooler_output` holds one vector per document; the hidden states stay per window.
         """
-        document_windows = kwargs.pop("document_windows", None)
-        warn_rows_may_be_cut(self, input_ids if input_ids is not None else inputs_embeds, document_windows)
-        inputs = self._model_inputs(
+        inputs, document_windows = self._document_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions, kwargs
         )
         if output_hidden_states is None:
@@ -435,9 +444,7 @@ class PooledForSequenceClassification(SentenceEncoderMixin, PooledPreTrainedMode
         In document mode the rows are windows and `document_windows` `[documents, max_windows]` says whose
         (documents.py): the logits and the loss are one per document.
         """
-        document_windows = kwargs.pop("document_windows", None)
-        warn_rows_may_be_cut(self, input_ids if input_ids is not None else inputs_embeds, document_windows)
-        inputs = self._model_inputs(
+        inputs, document_windows = self._document_inputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions, kwargs
         )
         if output_hidden_states is None:

@@ -53,7 +53,7 @@ class TokenClassifier(nn.Module):
 
 def check_token_config(config: PooledConfig) -> None:
     """A token classifier is single-label per token and reads the text's own tokens."""
-    if getattr(config, "document_window", None) is not None:
+    if config.reads_documents:
         raise ValueError(
             f"document_window={config.document_window!r}: document mode pools a document's windows into one vector "
             "for a sequence head; a token classifier labels every token, so it has no document mode. Leave "

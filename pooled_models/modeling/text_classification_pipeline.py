@@ -32,6 +32,7 @@ from transformers.pipelines.text_classification import TextClassificationPipelin
 from .documents import WindowedText
 from .pipeline_reference import TEXT_CLASSIFICATION as TASK
 from .pipeline_registration import replace_task_class
+from .window_pooling import reads_documents
 
 __all__ = ["PooledTextClassificationPipeline", "register_text_classification_pipeline"]
 
@@ -43,7 +44,7 @@ class PooledTextClassificationPipeline(TextClassificationPipeline):
         super().__init__(**kwargs)
         length_of = getattr(self.model, "max_text_length", None)  # a pooled model's (modeling_pooled.py)
         length = length_of(self.tokenizer) if callable(length_of) else None
-        self.reads_documents = getattr(self.model.config, "document_window", None) is not None
+        self.reads_documents = reads_documents(self.model.config)  # any model's config
         if length is not None and not self.reads_documents:
             # Defaults under the caller's keywords (given here or at a call, which the pipeline merges over these).
             self._preprocess_params = {"truncation": True, "max_length": length, **self._preprocess_params}

@@ -14,16 +14,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-__all__ = ["TEXT_SIZES", "TextConfigSizes", "text_config_of", "max_positions_of", "state_width_of"]
-
-# The sizes transformers (and Trainer, DeepSpeed, PEFT helpers) read off a model's config.
-TEXT_SIZES = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "max_position_embeddings",
-)
+__all__ = ["TextConfigSizes", "text_config_of", "max_positions_of", "state_width_of"]
 
 
 def text_config_of(config: PreTrainedConfig) -> PreTrainedConfig:

@@ -33,6 +33,7 @@ from .pooling import attention_pool, reduce_max, reduce_mean, require_int
 from .registry import Component, Registry
 
 __all__ = [
+    "reads_documents",
     "WINDOW_POOLINGS",
     "WindowPooler",
     "sinusoidal_positions",
@@ -186,16 +187,14 @@ class WindowTransformerLayer(nn.Module):
         return states + self.dropout(self.feed_forward_output(self.dropout(hidden)))
 
 
-def _transformer_heads(config) -> int | None:
-    return None  # filled from the width when the pooler is built (the width is the model's, not the config's)
-
-
 @WINDOW_POOLINGS.register("transformer")
 class TransformerWindowPooler(WindowPooler):
     """A small transformer over the windows' vectors with their positions (hierarchical BERT, Chalkidis et al. 2022;
     Dai et al. 2022), then the maximum over the real windows."""
 
-    config_options = {"document_transformer_layers": 2, "document_transformer_heads": _transformer_heads}
+    # document_transformer_heads unset: chosen from the width when the pooler is built (the width is the model's
+    # pooler's, which the config does not state)
+    config_options = {"document_transformer_layers": 2, "document_transformer_heads": None}
 
     @classmethod
     def check_config(cls, config):
@@ -306,14 +305,22 @@ class NoDocuments(nn.Module):
         return vectors
 
 
+def reads_documents(config) -> bool:
+    """Whether ``config`` is in document mode (its window set): ``PooledConfig.reads_documents``, and the one test for
+    any config (a multi-task or a plain transformers config has no window)."""
+    return getattr(config, "document_window", None) is not None
+
+
 def warn_rows_may_be_cut(model, rows: torch.Tensor | None, document_windows: torch.Tensor | None) -> None:
     """Warn once per model where a model in document mode reads rows as long as its window without
     ``document_windows``: each row is then a document of one window, so a text cut to fit (as sentence-transformers'
     ``SentenceTransformer(folder)`` cuts it at ``max_seq_length``) is read from its first window only, a different
     score from the whole document's. Shapes only (no value read back from the device); not in compiled graphs."""
-    window = getattr(model.config, "document_window", None)
-    if window is None or document_windows is not None or rows is None or torch.compiler.is_compiling():
+    if not reads_documents(model.config) or document_windows is not None or rows is None:
         return
+    if torch.compiler.is_compiling():
+        return
+    window = model.config.document_window
     if (
         rows.ndim < 2
         or rows.shape[1] < window - model.pooler.added_tokens
@@ -331,6 +338,6 @@ def warn_rows_may_be_cut(model, rows: torch.Tensor | None, document_windows: tor
 
 def build_document_pooler(config, width: int) -> nn.Module:
     """The cross-window pooler of ``config`` (``document_pooling``), or ``NoDocuments`` outside document mode."""
-    if getattr(config, "document_window", None) is None:
+    if not reads_documents(config):
         return NoDocuments()
     return DocumentPooler(config, width)

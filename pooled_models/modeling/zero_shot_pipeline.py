@@ -39,6 +39,7 @@ from .label_text import label_text_token_ids, pad_label_ids, seen_margins_asked
 from .label_text_margin import without_margin
 from .pipeline_reference import ZERO_SHOT as TASK
 from .pipeline_registration import replace_task_class
+from .window_pooling import reads_documents
 
 __all__ = [
     "LabelTextZeroShotPipeline",
@@ -107,9 +108,7 @@ class LabelTextZeroShotPipeline(ZeroShotClassificationPipeline):  # named by pip
         if not candidate_labels:
             raise ValueError("You must include at least one label and at least one sequence.")
         text = inputs[0] if isinstance(inputs, list) and len(inputs) == 1 else inputs
-        if (
-            getattr(self.model.config, "document_window", None) is not None
-        ):  # document mode: every window read
+        if reads_documents(self.model.config):  # document mode: every window read
             encoded = {"document": WindowedText.of(text, self.tokenizer, self.model.config)}
         else:  # cut at the model's length, as every other path (text_length.py)
             length = self.model.max_text_length(self.tokenizer)

@@ -9,6 +9,7 @@ the windows' vectors are pooled across after the engine has answered them all. S
 
 from __future__ import annotations
 
+from ..modeling.window_pooling import reads_documents
 from .support import ALTERNATIVES
 
 __all__ = ["MAX_DOCUMENT_WINDOWS", "DOCUMENT_ARCHITECTURES", "document_refusal", "is_document_model"]
@@ -22,7 +23,7 @@ LABEL_POOLINGS = ("label_text", "label_tokens")
 
 
 def is_document_model(config) -> bool:
-    return getattr(config, "document_window", None) is not None
+    return reads_documents(config)
 
 
 def document_refusal(config, architecture: str, model_config) -> str | None:

@@ -28,7 +28,7 @@ from vllm.model_executor.layers.pooler import Pooler
 from vllm.model_executor.layers.pooler.activations import get_act_fn
 from vllm.v1.pool.metadata import PoolingMetadata
 
-from ..modeling.window_pooling import build_document_pooler
+from ..modeling.window_pooling import build_document_pooler, reads_documents
 
 __all__ = ["PooledModelPooler", "padded_states", "LogitCalibration", "PLUGIN_TASK"]
 
@@ -83,11 +83,11 @@ class PooledModelPooler(Pooler):
         self.activation = get_act_fn(config)
         self.calibrate = LogitCalibration()
         # Document mode (modeling/window_pooling.py): the cross-window pooler, under the name the checkpoint gives it;
-        # NoDocuments (no parameters) outside document mode. A document's windows are prompts of their own, pooled
+        # None outside document mode (no module, so no name the checkpoint's weights must match). A document's windows are prompts of their own, pooled
         # across by the document route (serving/document_route.py); a prompt the engine answers alone is a one-window
         # document.
         self.document_pooler = None
-        if getattr(config, "document_window", None) is not None:
+        if reads_documents(config):
             self.document_pooler = build_document_pooler(config, pooling.output_dim)
             self.tasks |= {PLUGIN_TASK}
 

@@ -14,12 +14,10 @@ from ..modeling.backbone import SEQUENCE_BASE_MODELS
 from ..modeling.pooling import POOLINGS, Pooler
 from .label_support import label_refusal
 from .multitask_support import served_task, task_architecture
-from .routes import TRANSFORMERS_ROUTE_REFUSED, VLLM_DECODERS, VLLM_ENCODERS
+from .routes import TRANSFORMERS_ROUTE_REFUSED
 
 __all__ = [
     "ALTERNATIVES",
-    "ENCODER_BACKBONES",
-    "DECODER_BACKBONES",
     "SERVED_ARCHITECTURES",
     "TOKEN_ARCHITECTURES",
     "served_tasks",
@@ -33,11 +31,6 @@ ALTERNATIVES = (
     "Auto class that loads it), or export it with pooled_models.export_onnx(model, path) and serve the ONNX file with "
     "ONNX Runtime"
 )
-
-# Backbone model types whose vLLM implementation the plugin runs (serving/routes.py decides, backbones.py runs them);
-# every other backbone the package builds runs through the transformers route (transformers_backbone.py).
-ENCODER_BACKBONES = tuple(VLLM_ENCODERS)
-DECODER_BACKBONES = tuple(VLLM_DECODERS)
 
 # The checkpoint architectures the plugin serves, and the tasks each serves (vLLM's task names).
 SERVED_ARCHITECTURES = {

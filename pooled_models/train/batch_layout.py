@@ -1,5 +1,6 @@
 """How a run lays its batches out on the device (arguments/speed.py): padding-free or padded, padded to each batch's
-longest text or to length buckets, and with which collator. ``--padding_free auto`` chooses padding-free batches
+longest text or to length buckets, or (document mode) whole documents' windows up to a window budget, and with which
+collator. ``--padding_free auto`` chooses padding-free batches
 where they run, and says why not elsewhere; ``--pad_to_buckets auto`` pads to a few lengths on a CUDA GPU. The
 choices change how fast a step runs, not what it computes (tests/train/test_batch_layout.py, test_buckets.py),
 except that torch's varlen kernel applies no attention dropout, which the log line says where the backbone has
@@ -22,10 +23,12 @@ from ..modeling.varlen_attention import (
     register_varlen_attention,
     varlen_unavailable_reason,
 )
+from ..modeling.window_pooling import reads_documents
 from .arguments.speed import choice
 from .data import TaskData, check_token_ids
 from .data.batching import token_lengths
 from .data.buckets import bucket_lengths
+from .data.documents import DocumentMode, DocumentReading, read_documents
 from .data.flat import FlatCollator
 from .data.multitask import TaskCollator
 
@@ -64,9 +67,27 @@ class BatchLayout:
     )  # the length buckets padded batches are padded to; None: to the longest text
     max_length: int  # the run's text length (a batch longer than the last bucket is padded to it)
     lines: tuple[str, ...]  # what the run's log says of the choices, and why
+    documents: DocumentReading  # document mode: its windows, its budget, its log line and card rows
+
+    @property
+    def window_budget(self) -> int | None:
+        """Document mode: a training batch holds whole documents up to this many windows (None: rows are texts)."""
+        return self.documents.window_budget
+
+    def collator(self, tokenizer, kinds: dict[str, str], pad_to_multiple_of: int | None):
+        """The data collator of these batches (collator_for)."""
+        return collator_for(
+            self.padding_free,
+            tokenizer,
+            kinds,
+            pad_to_multiple_of,
+            self.buckets,
+            self.max_length,
+            documents=self.documents.mode.on,
+        )
 
     def card_rows(self) -> dict[str, str]:
-        """The model card's rows for the choices the training settings do not show."""
+        """The model card's rows for the choices the training settings do not show (training only)."""
         if self.buckets is None:
             return {}
         return {
@@ -79,7 +100,7 @@ def padding_free_refusal(args, model, kinds: dict[str, str]) -> str | None:
     """Why this run cannot train padding-free, or None where it can."""
     if list(kinds.values()) != [SEQUENCE]:
         return "token and multi-task runs pad their batches (their labels are per token or per task)"
-    if getattr(model.config, "document_window", None) is not None:
+    if reads_documents(model.config):  # a model factory's config too
         return "document mode pads its windows (each batch's windows in rows of one length, docs/long-documents.md)"
     if not isinstance(model, PooledForSequenceClassification):
         return f"{type(model).__name__} is not a pooled model, and pooled models are the ones that read them"
@@ -197,8 +218,8 @@ def collator_for(
     max_length: int | None = None,
     documents: bool = False,
 ):
-    """The run's data collator: padding-free batches, document mode's windows, or each task's padded rows (to
-    buckets where given)."""
+    """The run's data collator: padding-free batches, document mode's windows (``documents``), or each task's padded
+    rows (to buckets where given)."""
     if documents:
         return DocumentCollator(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
     if padding_free:
@@ -222,28 +243,30 @@ def tokens_per_step(args, tasks) -> float | None:
 
 
 def lay_out_batches(
-    training_args, model, tasks: dict[str, TaskData], max_length: int, documents: bool
+    training_args, model, tasks: dict[str, TaskData], max_length: int, mode: DocumentMode
 ) -> BatchLayout:
-    """Padding-free batches or padded ones, to the longest text or to length buckets (batch_layout.py), with the
-    lines that say which; every token id checked against the model's vocabulary once, so the model need not read
-    them back at each step. Document mode pads each batch's windows to their longest: no buckets."""
+    """Padding-free batches or padded ones, to the longest text or to length buckets (batch_layout.py), or in
+    document mode whole documents up to a window budget, each batch's windows padded to their longest (no buckets);
+    with the lines that say which. Every token id is checked against the model's vocabulary once, so the model need
+    not read them back at each step. ``training_args``: as the plan resolved them."""
     kinds = {name: task.kind for name, task in tasks.items()}
+    documents = read_documents(tasks, mode, training_args)
     padding_free, line = choose_padding_free(
         training_args, model, kinds, tokens_per_step(training_args, tasks)
     )
-    if documents and choice(training_args, "pad_to_buckets") == "true":
+    if mode.on and choice(training_args, "pad_to_buckets") == "true":
         raise UsageError(
             "--pad_to_buckets true: document mode pads each batch's windows to their longest (its window budget "
             "bounds a batch); leave --pad_to_buckets auto or false."
         )
-    lengths = None if documents else training_lengths(tasks)
+    lengths = None if mode.on else training_lengths(tasks)
     buckets, padding = choose_buckets(training_args, kinds, padding_free, lengths, max_length)
     for task in tasks.values():
         check_token_ids(task, model.get_input_embeddings().num_embeddings)
     if buckets is None and choice(training_args, "pad_to_buckets") == "auto":
         logger.debug(padding)  # padded as ever (the CPU's default): nothing new to say
-        return BatchLayout(padding_free, buckets, max_length, (line,))
-    return BatchLayout(padding_free, buckets, max_length, (line, padding))
+        return BatchLayout(padding_free, buckets, max_length, (line,), documents)
+    return BatchLayout(padding_free, buckets, max_length, (line, padding), documents)
 
 
 def training_lengths(tasks: dict[str, TaskData]) -> list[int] | None:

@@ -6,10 +6,11 @@ model factory's (the sweep's vanilla baseline); the tokenizer and the length lim
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from huggingface_hub.errors import StrictDataclassError
-from transformers import AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from ..errors import UsageError
 from ..modeling.backbone import position_offset
@@ -18,6 +19,7 @@ from ..modeling.modeling_multitask import PooledForMultiTask
 from ..modeling.modeling_pooled import PooledForSequenceClassification, PooledPreTrainedModel
 from ..modeling.modeling_token import PooledForTokenClassification
 from ..modeling.sentence_transformers_folder import read_sentence_transformers_folder
+from ..modeling.text_config import max_positions_of, text_config_of
 from ..modeling.text_length import NO_TOKENIZER_LIMIT
 from .options import backbone_of, task_head_parameters
 
@@ -35,7 +37,6 @@ __all__ = [
     "choose_max_length",
     "warn_of_another_length",
     "record_max_length",
-    "stated_run_length",
     "freeze_backbone",
     "freeze_heads",
 ]
@@ -179,12 +180,9 @@ def load_tokenizer(plan: RunPlan):
 
 def backbone_max_length(tokenizer, model) -> int | None:
     """The longest text the model takes: the backbone's position table (less RoBERTa's padding offset) and the
-    tokenizer's limit, less the label tokens a label-token pooling inserts into every input."""
-    limit = _backbone_limit(tokenizer, model)
-    if limit is None:
-        return None
-    # The label-token pooler puts label tokens into each input; the model itself would cut a longer text.
-    return limit - (model.added_tokens if isinstance(model, PooledPreTrainedModel) else 0)
+    tokenizer's limit, less the label tokens a label-token pooling inserts into every input (the model itself would
+    cut a longer text)."""
+    return _limits(tokenizer, model, None).binding()
 
 
 def _backbone_limit(tokenizer, model) -> int | None:
@@ -227,28 +225,36 @@ def check_label_text_lengths(tokenizer, model) -> None:
 
 
 def choose_max_length(requested: int | None, tokenizer, model, source: ModelSource) -> tuple[int, str]:
-    """The run's text length, and where it comes from: ``--max_seq_length``, else a saved model's ``max_seq_length``,
-    else the backbone's limit (its tokenizer's ``model_max_length`` or its positions, the smaller); never more than
-    the backbone can read. A sentence-transformers folder's ``max_seq_length`` is set aside, and the line says so:
-    it is the length its embeddings are served at, not what the backbone reads (EMBEDDING_LENGTH_SET_ASIDE)."""
-    length, origin = (
-        (requested, "--max_seq_length") if requested is not None else _stated_length(model, source)
-    )
+    """The run's one text length, and where it comes from: where a run without document mode cuts every text, and
+    document mode's window when ``--document_window`` is unset, so a text that fits in one window is read as the cut
+    run reads it. ``--max_seq_length``, else a saved model's ``max_seq_length``, else the backbone's limit (its
+    tokenizer's ``model_max_length`` or its positions, the smaller); never more than the backbone can read. A
+    sentence-transformers folder's ``max_seq_length`` is set aside, and the line says so: it is the length its
+    embeddings are served at, not what the backbone reads (EMBEDDING_LENGTH_SET_ASIDE).
+
+    ``model`` None: asked before the model is built (document mode's window), the positions read from the backbone's
+    config; the built model then refuses a window past its positions (RoBERTa's padding offset, the label tokens)."""
+    limits = _limits(tokenizer, model, source)
+    length, origin = (requested, "--max_seq_length") if requested is not None else _stated_length(source)
     embedding_length = length if origin == SENTENCE_TRANSFORMERS_LENGTH else None
     if embedding_length is not None:
         length = None
     if length is None:
-        limit = backbone_max_length(tokenizer, model)
+        limit = limits.binding()
         if limit is None:
-            raise UsageError("The backbone states no maximum input length; set --max_seq_length.")
+            raise UsageError(
+                "The backbone states no maximum input length; set --max_seq_length (in document mode, or "
+                "--document_window)."
+            )
         # the smaller of the two limits binds (label tokens are taken off either)
-        tokens, positions = _tokenizer_limit(tokenizer), _positions(model)
-        from_tokenizer = tokens is not None and (positions is None or tokens <= positions)
+        from_tokenizer = limits.tokenizer is not None and (
+            limits.positions is None or limits.tokenizer <= limits.positions
+        )
         origin = "the tokenizer's model_max_length" if from_tokenizer else "the backbone's positions"
         if embedding_length is not None and embedding_length < limit:
             origin += EMBEDDING_LENGTH_SET_ASIDE.format(length=embedding_length)
         return limit, origin
-    limit = _longest_text(tokenizer, model)
+    limit = limits.longest_text()
     if limit is not None and length > limit:
         logger.warning(
             "max_seq_length=%d is more than the backbone takes; using its limit, %d.", length, limit
@@ -280,25 +286,45 @@ def warn_of_another_length(source: ModelSource, length: int, trains: bool) -> No
     )
 
 
-def _longest_text(tokenizer, model) -> int | None:
-    """The most tokens of a text the backbone can read: its position table where it has one, else its tokenizer's
-    limit; less the label tokens. Not the tokenizer's limit where a table says more: a tokenizer's
-    ``model_max_length`` is a convention, and the one train.py saves is the length it trained at, which a later run
-    may change."""
-    limit = _positions(model)
-    limit = _tokenizer_limit(tokenizer) if limit is None else limit
-    if limit is None:
-        return None
-    return limit - (model.added_tokens if isinstance(model, PooledPreTrainedModel) else 0)
+@dataclass(frozen=True)
+class _Limits:
+    """What bounds a row: the tokenizer's ``model_max_length``, the backbone's positions (None: unstated) and the label
+    tokens a pooler inserts into every row."""
+
+    tokenizer: int | None
+    positions: int | None
+    added_tokens: int = 0
+
+    def binding(self) -> int | None:
+        """The longest text both limits allow, less the label tokens (None: neither states one)."""
+        limits = [limit for limit in (self.positions, self.tokenizer) if limit is not None]
+        return min(limits) - self.added_tokens if limits else None
+
+    def longest_text(self) -> int | None:
+        """The most tokens of a text the backbone can read: its position table where it has one, else its
+        tokenizer's limit; less the label tokens. Not the tokenizer's limit where a table says more: a tokenizer's
+        ``model_max_length`` is a convention, and the one train.py saves is the length it trained at, which a later
+        run may change."""
+        limit = self.tokenizer if self.positions is None else self.positions
+        return None if limit is None else limit - self.added_tokens
 
 
-def _stated_length(model, source: ModelSource) -> tuple[int | None, str]:
-    """The length the model states: its config's ``max_seq_length`` (a saved model's; a sentence-transformers
-    folder's, which ``from_backbone`` reads for a sequence classifier), else the folder's own (read here for the
-    other kinds of model)."""
-    stated = getattr(model.config, "max_seq_length", None)
+def _limits(tokenizer, model, source: ModelSource) -> _Limits:
+    """The built model's limits, or (``model`` None) the backbone's as its config states them."""
+    if model is None:
+        config = AutoConfig.from_pretrained(source.path, trust_remote_code=False, **source.hub_kwargs())
+        absolute = getattr(text_config_of(config), "position_embedding_type", "absolute") == "absolute"
+        return _Limits(_tokenizer_limit(tokenizer), max_positions_of(config) if absolute else None)
+    added = model.added_tokens if isinstance(model, PooledPreTrainedModel) else 0
+    return _Limits(_tokenizer_limit(tokenizer), _positions(model), added)
+
+
+def _stated_length(source: ModelSource) -> tuple[int | None, str]:
+    """The length the model states: a saved model's ``max_seq_length``, else its folder's sentence-transformers
+    ``max_seq_length`` (which the caller sets aside, naming it)."""
+    stated = getattr(source.saved, "max_seq_length", None)
     if stated is not None:
-        return stated, "the saved model's max_seq_length" if source.saved else SENTENCE_TRANSFORMERS_LENGTH
+        return stated, "the saved model's max_seq_length"
     try:
         folder = read_sentence_transformers_folder(source.path, **source.hub_kwargs())
     except ValueError as error:
@@ -306,28 +332,6 @@ def _stated_length(model, source: ModelSource) -> tuple[int | None, str]:
     if folder is None or folder.max_seq_length is None:
         return None, ""
     return folder.max_seq_length, SENTENCE_TRANSFORMERS_LENGTH
-
-
-def stated_run_length(requested: int | None, tokenizer, source: ModelSource) -> int:
-    """The run's text length as it is known before a model is built (document mode's window when
-    ``--document_window`` is unset): ``--max_seq_length``, else the saved model's, else the backbone's
-    sentence-transformers folder's, else its tokenizer's limit. The built model checks that its window fits."""
-    if requested is not None:
-        return requested
-    stated = getattr(source.saved, "max_seq_length", None)
-    if stated is None:
-        try:
-            folder = read_sentence_transformers_folder(source.path, **source.hub_kwargs())
-        except ValueError as error:
-            raise UsageError(str(error)) from error
-        stated = None if folder is None else folder.max_seq_length
-    stated = _tokenizer_limit(tokenizer) if stated is None else stated
-    if stated is None:
-        raise UsageError(
-            "Document mode needs a window length and the backbone states none: set --document_window (or "
-            "--max_seq_length)."
-        )
-    return stated
 
 
 def record_max_length(model, tokenizer, length: int) -> None:

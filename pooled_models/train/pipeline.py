@@ -26,7 +26,7 @@ from transformers import TrainerCallback, set_seed
 from ..errors import UsageError
 from ..modeling.inputs import values_checked_by_caller
 from .arguments.model import chosen_model_settings
-from .batch_layout import BatchLayout, collator_for, lay_out_batches
+from .batch_layout import BatchLayout, lay_out_batches
 from .card import card_data, render_model_card
 from .checkpoints import TRUE_WORDS, resolve_checkpoint
 from .console import (
@@ -42,9 +42,6 @@ from .data import TaskData, read_task, tokenize_task
 from .data.documents import (
     DocumentMode,
     choose_document_mode,
-    default_window_budget,
-    document_card_rows,
-    document_lines,
     refuse_off_settings,
     tokenize_document_task,
 )
@@ -58,7 +55,6 @@ from .model import (
     freeze_heads,
     load_tokenizer,
     record_max_length,
-    stated_run_length,
     warn_of_another_length,
 )
 from .output_dir import StagedOutputDir, push_folder, read_run_record
@@ -161,24 +157,19 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     if zero_shot_rows is not None:
         check_zero_shot_model(model.config)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    max_length, origin = _tokenize(
-        plan, tasks, tokenizer, model, data_args.max_seq_length, training_args, documents
-    )
+    max_length, origin = _tokenize(plan, tasks, tokenizer, model, data_args.max_seq_length, documents)
     zero_shot = _zero_shot_evaluation(zero_shot_rows, tasks, tokenizer, max_length, data_args)
     _prepare_for_training(plan, model)
-    layout = lay_out_batches(training_args, model, tasks, max_length, documents.on)
-    window_budget = _window_budget(plan, tasks, documents)
+    layout = lay_out_batches(plan.trainer_args, model, tasks, max_length, documents)
     described = [describe_model(model, source.base_model, parameters)]
-    described += [] if documents.on else [describe_length(max_length, origin)]
-    say(
-        training_args,
-        [*described, *document_lines(tasks, documents, training_args, window_budget), *layout.lines],
-    )
+    # a run says its text length, or in document mode its windows (the layout's reading of the documents)
+    described += layout.documents.lines(describe_length(max_length, origin))
+    say(training_args, [*described, *layout.lines])
 
     # Everything is checked: from here on the run writes, into the staging folder only.
     if training_args.should_save:
         staging.create(resuming=checkpoint is not None)
-    trainer = _trainer(plan, model, tokenizer, tasks, callbacks, layout, window_budget)
+    trainer = _trainer(plan, model, tokenizer, tasks, callbacks, layout)
     progress = install_progress(trainer)  # one bar per phase, unless --log_level info
     with _cleaned_up_on_failure(staging, trainer, progress):
         # Token ids were checked above and labels when read: the model need not read them back at every step.
@@ -187,8 +178,8 @@ def _locked_run(staging: StagedOutputDir, arguments, specs, callbacks, model_fac
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
         return RunResult(output_dir=None, metrics=metrics, parameters=parameters)
-    document_rows = document_card_rows(documents, plan.trainer_args, window_budget, model)
-    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout, document_rows)
+    optimizer = trainer.optimizer if plan.trainer_args.do_train else None  # the card gives the rates it used
+    return _publish(plan, staging, model, tasks, metrics, parameters, zero_shot, layout, optimizer)
 
 
 def _zero_shot_evaluation(
@@ -227,11 +218,12 @@ def _cleaned_up_on_failure(staging: StagedOutputDir, trainer, progress) -> Itera
 
 
 def _tokenize(
-    plan: RunPlan, tasks, tokenizer, model, requested: int | None, training_args, documents: DocumentMode
+    plan: RunPlan, tasks, tokenizer, model, requested: int | None, documents: DocumentMode
 ) -> tuple[int, str]:
     """Tokenize every task at the run's one length (max_seq_length is a setting of the run, not of a task), saved
     with the model; returns it and where it comes from. In document mode the length is the window's, and every
     split is cut into windows (data/documents.py)."""
+    training_args = plan.trainer_args  # the document arguments as the plan resolved them
     if documents.on:
         max_length, origin = model.config.document_window, "document mode's window, --document_window"
     else:
@@ -262,26 +254,11 @@ def _document_mode(plan: RunPlan, tasks, tokenizer, model_args, data_args) -> Do
         settings,
         plan.source.saved,
         tasks,
-        tokenizer,
-        run_length=lambda: stated_run_length(data_args.max_seq_length, tokenizer, plan.source),
+        # the window's default is the length the same run cuts texts at: one decision (model.py)
+        run_length=lambda: choose_max_length(data_args.max_seq_length, tokenizer, None, plan.source)[0],
     )
     refuse_off_settings(documents, args)
     return documents
-
-
-def _window_budget(plan: RunPlan, tasks, documents: DocumentMode) -> int | None:
-    """Document mode: the training batches' window budget (--max_windows_per_batch, else about
-    per_device_train_batch_size documents' windows); None without document mode."""
-    if not documents.on:
-        return None
-    args = plan.trainer_args
-    if args.max_windows_per_batch is not None:
-        return args.max_windows_per_batch
-    (task,) = tasks.values()
-    rows = task.encoded.get("train")
-    if rows is None or not len(rows):
-        return args.per_device_train_batch_size
-    return default_window_budget(rows, args.per_device_train_batch_size)
 
 
 def _model_wide(model_args) -> dict[str, Any]:
@@ -325,7 +302,6 @@ def _trainer(
     tasks: dict[str, TaskData],
     callbacks,
     layout: BatchLayout,
-    window_budget: int | None,
 ) -> PooledTrainer:
     """The Trainer of the run: a dict of each task's rows to evaluate; one task's rows, or every task's, to train."""
     args = plan.trainer_args
@@ -342,20 +318,12 @@ def _trainer(
         if "validation" in plan.roles
         else None,
         processing_class=tokenizer,
-        data_collator=collator_for(
-            layout.padding_free,
-            tokenizer,
-            kinds,
-            args.pad_to_multiple_of,
-            layout.buckets,
-            layout.max_length,
-            documents=window_budget is not None,
-        ),
+        data_collator=layout.collator(tokenizer, kinds, args.pad_to_multiple_of),
         callbacks=callbacks_for(args) + list(callbacks),
         tasks=[task.spec for task in plan.tasks.values()],
         name_tasks=not plan.single,
         length_buckets=layout.buckets,
-        window_budget=window_budget,
+        window_budget=layout.window_budget,  # document mode: batches cut by windows
     )
 
 
@@ -443,13 +411,19 @@ def _publish(
     parameters: int,
     zero_shot,
     layout: BatchLayout,
-    document_rows: dict,
+    optimizer,
 ) -> RunResult:
+    """Write the card, results and predictions' summary into the staging folder and publish it (``optimizer``: the
+    one training used, whose rates the card gives; None without training)."""
     with put_right_when_full(staging):  # the card and the results fill a disk too (disk_full.py)
         # The card describes a pooling (a factory's model has none) and a model this run publishes.
         if plan.model_factory is None and plan.publishes_model:
-            card = card_data(plan, model, tasks, metrics, pushed=plan.push_to_hub, layout=layout.card_rows())
-            card.training_settings.update(document_rows)
+            rows = layout.card_rows()
+            card = card_data(
+                plan, model, tasks, metrics, pushed=plan.push_to_hub, layout=rows, optimizer=optimizer
+            )
+            # document mode's rows, written from the reading its log line is written from
+            card.training_settings.update(layout.documents.card_rows())
             card.zero_shot = zero_shot.result if zero_shot is not None else None
             render_model_card(card).save(staging.work / "README.md")
         write_results(staging.work, metrics, plan.trainer_args)

@@ -36,6 +36,7 @@ from .arguments.defaults import (
     LABEL_TOKEN_LAYERS_DEFAULT,
     MULTI_LABEL_DEFAULT_LOSS,
 )
+from .arguments.documents import resolved_document_arguments
 from .arguments.model import FROM_TRAINING_DATA
 from .arguments.speed import choice
 from .batch_layout import bucket_refusal
@@ -188,6 +189,7 @@ def _trainer_args(training_args, tasks: dict[str, TaskData], work_dir: Path, sin
     into the staging folder, never pushing (the finished folder is pushed once, complete), the best-model metric the
     tasks call for when none was chosen, and DDP told that a step trains one task's head of several."""
     changes: dict[str, Any] = {"output_dir": str(work_dir), "push_to_hub": False}
+    changes.update(resolved_document_arguments(training_args))
     if training_args.load_best_model_at_end and not training_args.best_metric_chosen:
         metric, greater = best_model_metric({name: task.labels for name, task in tasks.items()}, single)
         changes.update(metric_for_best_model=metric, greater_is_better=greater)

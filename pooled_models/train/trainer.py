@@ -19,16 +19,14 @@ import time
 import warnings
 from collections.abc import Mapping
 from contextlib import nullcontext
+from types import MappingProxyType
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 from transformers.trainer_utils import speed_metrics
 
-from ..errors import UsageError
 from ..modeling.configuration_multitask import SEQUENCE
-from ..modeling.window_pooling import document_gate_parameters
-from .arguments.documents import document_gate_learning_rate
 from .data.batching import (
     LengthGroupedRowSampler,
     LengthSortedSampler,
@@ -120,7 +118,9 @@ class PooledTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def _loss(self, model, inputs, num_items_in_batch):
-        losses = [option for option in TRAINING_OPTIONS.values() if option.is_on(self.args)]
+        losses = [
+            option for option in TRAINING_OPTIONS.values() if option.offers_loss and option.is_on(self.args)
+        ]
         if not losses or not model.training or "labels" not in inputs:
             return super().compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
@@ -343,11 +343,10 @@ class PooledTrainer(Trainer):
 
     def parameter_learning_rates(self, model) -> dict[int, float]:
         """id of a parameter -> its learning rate, for the parameters that may not train at ``args.learning_rate``:
-        the backbone's layers under layer-wise decay, each task's pooler and head, label-token embeddings given a
-        rate of their own, and first_plus_rest's gate (arguments/documents.py, DOCUMENT_GATE_RATE_FACTOR)."""
+        each task's pooler and head, label-token embeddings given a rate of their own, then what the training
+        options give (options/: the backbone's layers under layer-wise decay, first_plus_rest's gate from its head's
+        rate). The one place the optimizer's groups are decided."""
         rates: dict[int, float] = {}
-        for option in TRAINING_OPTIONS.values():
-            rates.update(option.learning_rates(model, self.args))
         for name, spec in self.tasks.items():
             rate = spec.head_learning_rate
             rate = getattr(self.args, "head_learning_rate", None) if rate is None else rate
@@ -356,8 +355,9 @@ class PooledTrainer(Trainer):
         label_rate = getattr(self.args, "label_embedding_learning_rate", None)
         if label_rate is not None:
             rates.update(dict.fromkeys(label_embedding_parameters(model), label_rate))
-        for gate in document_gate_parameters(model):  # from the rate its head got above
-            rates[gate] = document_gate_learning_rate(self.args, rates.get(gate, self.args.learning_rate))
+        head_rates = MappingProxyType(dict(rates))
+        for option in TRAINING_OPTIONS.values():
+            rates.update(option.learning_rates(model, self.args, head_rates))
         return rates
 
     def parameter_weight_decays(self, model) -> dict[int, float]:
@@ -462,18 +462,6 @@ def check_training_options(model, training_args) -> None:
     for option in TRAINING_OPTIONS.values():
         option.check_model(model, training_args)
     check_label_embedding_options(model, training_args)
-    _check_document_gate_option(model, training_args)
-
-
-def _check_document_gate_option(model, training_args) -> None:
-    """A UsageError when --document_gate_learning_rate is given to a model without first_plus_rest's gate."""
-    if getattr(training_args, "document_gate_learning_rate", None) is None or document_gate_parameters(model):
-        return
-    raise UsageError(
-        "--document_gate_learning_rate sets the rate of the gate of document_pooling 'first_plus_rest', but this "
-        f"model's document_pooling is {getattr(model.config, 'document_pooling', None)!r}: leave it out, or choose "
-        "first_plus_rest."
-    )
 
 
 def callbacks_for(training_args) -> list[TrainerCallback]:

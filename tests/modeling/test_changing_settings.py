@@ -9,6 +9,7 @@ from helpers import random_batch
 from huggingface_hub.errors import StrictDataclassFieldValidationError
 
 from pooled_models import POOLINGS, PooledConfig, PooledForSequenceClassification
+from pooled_models.modeling.config_validation import chosen_part
 from pooled_models.modeling.configuration_pooled import CHOICES
 
 LABELS = {0: "sport", 1: "food", 2: "music"}
@@ -38,11 +39,8 @@ def saved(tiny_backbone_path, minilm_tokenizer, tmp_path_factory):
 def only_settings_that_apply(config: PooledConfig) -> None:
     """Every setting the config holds is one its pooling, head and loss read (nothing stale was kept)."""
     every = {name for registry in CHOICES for name in registry.every_option()}
-    read = {
-        name
-        for registry in CHOICES
-        for name in registry.lookup(getattr(config, registry.setting)).options_for(config)
-    }
+    chosen = [chosen_part(config, registry) for registry in CHOICES]
+    read = {name for part in chosen if part is not None for name in part.options_for(config)}
     stale = sorted(name for name in every - read if getattr(config, name) is not None)
     assert stale == [], stale
 

@@ -96,7 +96,7 @@ def test_capped_documents_keep_the_windows_asked_for():
     assert select_windows(10, 4, "spread") == [0, 3, 6, 9]
     assert select_windows(3, 4, "spread") == [0, 1, 2]
     with pytest.raises(ValueError, match="Unknown keep='middle'. Valid choices: start, start_end, spread"):
-        DocumentCollator(max_windows=2, keep="middle")
+        select_windows(10, 2, "middle")
 
 
 # -- training with Trainer ------------------------------------------------------------------------------------------

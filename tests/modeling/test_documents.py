@@ -103,6 +103,7 @@ def test_settings_survive_save_reload_edits_and_overrides(tmp_path):
     model.save_pretrained(tmp_path)
     reloaded = PooledForSequenceClassification.from_pretrained(tmp_path).eval()
     assert (reloaded.config.document_window, reloaded.config.document_stride) == (16, 3)
+    assert reloaded.config.reads_documents and not tiny_model("mean").config.reads_documents
     batch = document_batch(random_documents([3, 1]), PAD_ID)
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits, atol=1e-6, rtol=1e-6)
@@ -113,6 +114,7 @@ def test_settings_survive_save_reload_edits_and_overrides(tmp_path):
     # document mode off: every document setting dropped, the model reads rows again
     off = PooledForSequenceClassification.from_pretrained(tmp_path, document_window=None)
     assert (off.config.document_stride, off.config.document_pooling) == (None, None)
+    assert not off.config.reads_documents
     with pytest.raises(ValueError, match="document_windows was given, but this model has no document mode"):
         off(**batch)
     # the window and stride only cut texts: an edit takes effect; the pooling chose modules: refused after building
@@ -133,6 +135,9 @@ def test_token_and_multi_task_models_refuse_document_mode():
         ValueError, match="'document_window' is a setting of document mode, which a multi-task model"
     ):
         tiny_multitask_model(tasks={"topic": {"kind": "sequence", "num_labels": 2, "document_window": 16}})
+    assert not tiny_multitask_model(
+        tasks={"topic": {"kind": "sequence", "num_labels": 2}}
+    ).config.reads_documents
 
 
 # -- the cross-window poolers' maths, on plain tensors ------------------------------------------------------------------

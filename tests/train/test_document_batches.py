@@ -7,7 +7,8 @@ import random
 from datasets import Dataset
 
 from pooled_models.modeling.documents import select_windows, tokenize_documents
-from pooled_models.train.data.documents import long_share, tokenize_windows, window_counts
+from pooled_models.train.data.batching import token_lengths
+from pooled_models.train.data.documents import tokenize_windows
 from pooled_models.train.data.files import Split
 from pooled_models.train.data.token_budget import (
     TokenBudgetBatches,
@@ -65,11 +66,53 @@ def test_a_capped_training_document_keeps_the_chosen_windows(minilm_tokenizer):
         assert kept[1] == every[1]  # one window: nothing to choose
     assert select_windows(len(every[0]), 4, "start_end") != select_windows(len(every[0]), 4, "start")
     tokenize_windows(split, minilm_tokenizer, "text", 16, 4, max_windows=None, keep="start")
-    assert window_counts(split.encoded) == [len(every[0]), 1]
+    assert token_lengths(split.encoded) == [len(every[0]), 1]
 
 
-def test_the_share_of_long_texts_counts_special_tokens_as_a_window_does(minilm_tokenizer):
-    # "a b c" is 3 tokens, 5 with [CLS] and [SEP]: longer than a window of 4, not of 5.
-    texts = ["a b c", "a", "a b c d e f"]
-    assert long_share(texts, minilm_tokenizer, 5) == 1 / 3
-    assert long_share(texts, minilm_tokenizer, 4) == 2 / 3
+def test_one_reading_writes_document_modes_log_line_and_card_rows():
+    """The log's line and the card's rows of document mode come from one DocumentReading (issue 54, item 1): the
+    window budget, the cap and what evaluation reads are worked out once, and both say them."""
+    from types import SimpleNamespace
+
+    from pooled_models.train.data.documents import DocumentMode, read_documents
+
+    # training documents of 1, 2 and 6 windows (mean 3): about 4 documents a step by default, so 12 windows
+    rows = Dataset.from_dict({"input_ids": [[[5]], [[5], [6]], [[5]] * 6]})
+    tasks = {"": SimpleNamespace(encoded={"train": rows})}
+    args = SimpleNamespace(
+        document_mode="true",
+        do_train=True,
+        per_device_train_batch_size=4,
+        max_windows_per_batch=None,
+        max_windows_per_document=8,
+        window_keeping="start_end",
+        eval_max_windows=3,
+    )
+    reading = read_documents(tasks, DocumentMode(True, "on (--document_mode true)", 16, 2), args)
+    assert reading.window_budget == 12
+    assert reading.lines("Text length: 16 tokens") == [
+        "Document mode on (--document_mode true): windows of 16 tokens, 2 shared by consecutive windows; training "
+        "documents of 1 to 6 windows (mean 3.0, at most 8, keeping start_end), batches of at most 12 windows; "
+        "evaluation and prediction read at most 3 windows of a document"
+    ]
+    assert reading.card_rows() == {
+        "document mode": "on (--document_mode true)",
+        "windows per training document": "at most 8 (start_end)",
+        "windows per training batch": "at most 12",
+        "windows read in evaluation and prediction": "the first 3",
+    }
+    args.max_windows_per_batch = 5  # given: both say it
+    given = read_documents(tasks, DocumentMode(True, "on (--document_mode true)", 16, 2), args)
+    assert "batches of at most 5 windows" in given.lines("")[0]
+    assert given.card_rows()["windows per training batch"] == "at most 5"
+    # Off: the run's text length, and the decision only where --document_mode was given.
+    off = read_documents(tasks, DocumentMode(False, "off (--document_mode false)"), args)
+    assert off.window_budget is None
+    assert off.lines("Text length: 64 tokens") == [
+        "Text length: 64 tokens",
+        "Document mode off (--document_mode false)",
+    ]
+    assert off.card_rows() == {"document mode": "off (--document_mode false)"}
+    args.document_mode = None
+    silent = read_documents(tasks, DocumentMode(False, "off (train.py's default)"), args)
+    assert (silent.lines("Text length: 64 tokens"), silent.card_rows()) == (["Text length: 64 tokens"], {})

@@ -1,6 +1,6 @@
 """train.py in document mode on the tiny backbone (docs/long-documents.md, "Training"): the saved model is a document
 model, the log and the card name its windows, its predictions read every window of a test document, a capped run keeps
-its cap, the window budget bounds the training batches, --document_mode auto decides on the share of long texts, and
+its cap, the window budget bounds the training batches, --document_mode auto is refused (never measured), and
 every bad setting is refused by name before anything is written."""
 
 import json
@@ -155,32 +155,45 @@ def test_first_plus_rest_trains_its_gate_at_ten_times_the_heads_rate_unless_told
     assert model.classifier.document_pooler.across.gate.abs().max() > 0
 
 
-def test_auto_turns_document_mode_on_from_the_share_of_long_training_texts(
-    tiny_backbone_path, tmp_path, capsys
-):
+def test_document_mode_true_reads_windows_of_the_runs_length(tiny_backbone_path, tmp_path, capsys):
     flags = [*data_flags(tmp_path, long_rows(24)), "--max_seq_length", "16", "--pooling", "mean"]
     # asked for (train.py's default is off), and with gradient checkpointing: the windows' passes are recomputed
-    flags += ["--document_mode", "auto", "--gradient_checkpointing", "true", "--num_train_epochs", "1"]
+    flags += ["--document_mode", "true", "--gradient_checkpointing", "true", "--num_train_epochs", "1"]
     folder = train(tiny_backbone_path, tmp_path / "out", *flags).output_dir
-    assert "Document mode on (auto: 50% of the training texts are longer than one window of 16 tokens" in (
-        capsys.readouterr().out
-    )
+    assert "Document mode on (--document_mode true): windows of 16 tokens" in capsys.readouterr().out
     assert json.loads((folder / "config.json").read_text())["document_window"] == 16
-    assert "| document mode | on (auto: 50% of the training texts" in (folder / "README.md").read_text()
+    assert "| document mode | on (--document_mode true) |" in (folder / "README.md").read_text()
 
 
-def test_auto_leaves_short_texts_cut_and_the_default_cuts_every_text(tiny_backbone_path, minilm_tokenizer):
+@pytest.mark.parametrize("argv", [["--document_mode", "auto"], ["--document_mode=auto"]])
+def test_document_mode_auto_is_refused_naming_the_valid_choices(argv, tmp_path):
+    """auto (on from 10% of long training texts) was removed: its threshold was never measured (issue 54)."""
     from types import SimpleNamespace
 
-    args = SimpleNamespace(document_mode="auto", seed=0)
+    from pooled_models.train.arguments import parse_arguments
+    from pooled_models.train.arguments.documents import check_document_arguments
+
+    removed = r"document_mode 'auto', which was removed after pooled_models 0.7.1: .*never measured.*Valid choices: true .*, false"
+    with pytest.raises(UsageError, match=rf"The command line sets {removed}"):
+        parse_arguments(["--output_dir", "out", *argv])
+    config = tmp_path / "run.yaml"
+    config.write_text("output_dir: out\ndocument_mode: auto\n")
+    with pytest.raises(UsageError, match=rf"Config file {config} sets {removed}"):
+        parse_arguments([str(config)])
+    with pytest.raises(UsageError, match=removed):  # arguments built in Python
+        check_document_arguments(SimpleNamespace(document_mode="auto"))
+
+
+def test_the_default_cuts_every_text(tiny_backbone_path):
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(document_mode=None, seed=0)
     tasks = {"": SimpleNamespace(kind="sequence", spec=SimpleNamespace(data=SimpleNamespace(text_pair_column=None, text_column="text")),
-                                 splits={"train": SimpleNamespace(dataset={"text": ["a short text"] * 19 + ["long " * 30]})})}  # fmt: skip
-    off = train_documents.choose_document_mode(args, {}, None, tasks, minilm_tokenizer, lambda: 16)
-    assert not off.on and off.reason.startswith("off (auto: 5% of the training texts are longer")
+                                 splits={"train": SimpleNamespace(dataset={"text": ["long " * 30] * 20})})}  # fmt: skip
+    off = train_documents.choose_document_mode(args, {}, None, tasks, lambda: 16)
+    assert not off.on and off.reason == "off (train.py's default; --document_mode true reads them)"
     args.document_mode = "true"
-    assert train_documents.choose_document_mode(
-        args, {}, None, tasks, minilm_tokenizer, lambda: 16
-    ).on  # control
+    assert train_documents.choose_document_mode(args, {}, None, tasks, lambda: 16).on  # control
 
 
 @pytest.mark.parametrize(

@@ -137,6 +137,22 @@ def test_without_the_flag_the_length_is_the_backbones_own(tiny_backbone_path, tm
     assert json.loads((plain / "config.json").read_text())["max_seq_length"] == 64
 
 
+def test_document_modes_default_window_is_the_length_the_same_run_cuts_at(
+    tiny_backbone_path, tmp_path, capsys
+):
+    """One length decision (issue 54, item 2): a run in document mode without --document_window reads windows of the
+    length the same run without document mode cuts at, a sentence-transformers folder's max_seq_length set aside in
+    both (it once gave the window the folder's 24 while the cut run read 64)."""
+    backbone = sentence_transformers_folder(tiny_backbone_path, tmp_path / "st", 24)
+    cut = train(str(backbone), tmp_path / "cut", *files(tmp_path), "--pooling", "mean").output_dir
+    cut_length = json.loads((cut / "config.json").read_text())["max_seq_length"]
+    assert cut_length == 64
+    flags = [*files(tmp_path), "--pooling", "mean", "--document_mode", "true"]
+    windows = train(str(backbone), tmp_path / "windows", *flags).output_dir
+    assert json.loads((windows / "config.json").read_text())["document_window"] == cut_length
+    assert f"windows of {cut_length} tokens" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "tokenizer_limit, origin", [(32, "the tokenizer's model_max_length"), (512, "the backbone's positions")]
 )

@@ -368,3 +368,34 @@ def test_a_config_setting_of_a_value_its_type_refuses_stops_the_run_by_name(tiny
     with pytest.raises(UsageError, match=r"(?s)label_token_attention.*'two_way', 'one_way'.*got sideways"):
         run([str(config), "--model_name_or_path", tiny_backbone_path, "--output_dir", str(output_dir), *FAST])
     assert leftovers(output_dir) == []
+
+
+def test_the_document_gate_rate_is_an_option_and_the_card_gives_the_rate_the_optimizer_used():
+    """first_plus_rest's gate trains at ten times its head's rate unless told (options/document_gate.py); the card
+    reads the rate off the optimizer's group (its starting rate), not off the arguments (issue 54, item 3)."""
+    from types import SimpleNamespace
+
+    from helpers import tiny_model
+
+    from pooled_models.modeling.window_pooling import document_gate_parameters
+    from pooled_models.train.options import TRAINING_OPTIONS
+
+    option = TRAINING_OPTIONS["document_gate_learning_rate"]
+    model = tiny_model("mean", document_window=12)  # first_plus_rest, document mode's default
+    (gate,) = document_gate_parameters(model)
+    unset = SimpleNamespace(document_gate_learning_rate=None, learning_rate=1e-4)
+    assert option.learning_rates(model, unset, {gate: 0.01}) == {gate: pytest.approx(0.1)}
+    assert option.learning_rates(model, unset, {}) == {gate: pytest.approx(1e-3)}  # the run's rate, times ten
+    given = SimpleNamespace(document_gate_learning_rate=0.02, learning_rate=1e-4)
+    assert option.learning_rates(model, given, {gate: 0.01}) == {gate: 0.02}
+    assert option.learning_rates(tiny_model("mean"), given, {}) == {}  # no gate, nothing to rate
+    # The card: the gate's group's starting rate, though the schedule has moved it and the arguments say another.
+    gate_parameter = next(p for p in model.parameters() if id(p) == gate)
+    others = [p for p in model.parameters() if id(p) != gate]
+    optimizer = torch.optim.AdamW([{"params": others, "lr": 1e-4}, {"params": [gate_parameter], "lr": 0.37}])
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    optimizer.step()  # no gradients: moves nothing, but steps in the order torch expects
+    schedule.step()
+    assert option.card_row(unset, model, optimizer) == {"learning rate (cross-window gate)": 0.37}
+    assert option.card_row(unset, model, None) == {}  # not trained: no row
+    assert option.card_row(given, tiny_model("mean"), optimizer) == {}  # no gate in the model

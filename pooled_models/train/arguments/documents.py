@@ -6,35 +6,30 @@ cross-window pooling (``--document_pooling``) are model settings (arguments/mode
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...errors import UsageError
 from ...modeling.documents import WINDOW_KEEPING
+from ..options import REMOVED_VALUES, removed_value_message
 
 __all__ = [
     "DocumentArguments",
     "DOCUMENT_MODE_CHOICES",
     "DOCUMENT_MODE_DEFAULT",
-    "DOCUMENT_MODE_MIN_LONG_SHARE",
     "MAX_WINDOWS_PER_DOCUMENT",
     "WINDOW_KEEPING_DEFAULT",
     "DOCUMENT_GATE_RATE_FACTOR",
-    "document_gate_learning_rate",
     "check_document_arguments",
+    "resolved_document_arguments",
 ]
 
-# --document_mode: "auto" reads documents in windows when enough training texts run past one window; "true" always,
-# "false" never (texts cut at the run's length, as before).
-DOCUMENT_MODE_CHOICES = ("auto", "true", "false")
-# train.py's default. Not "auto" yet: no share of long texts is measured to gain enough to pay document mode's
-# training time (docs/long-documents.md, "Defaults": on the manual pages first_plus_rest is level with the cut model
-# at 4 times its time, on the kernel docs 1.7 points above it on the long pages at 13 to 18 times). "auto" is there
-# to ask for.
+# --document_mode: "true" reads every text whole, in windows; "false" cuts it at the run's length, as before. ("auto",
+# on from a share of long training texts, was removed: its threshold was never measured, options/REMOVED_VALUES.)
+DOCUMENT_MODE_CHOICES = ("true", "false")
+# train.py's default: no training set is measured to gain enough to pay document mode's training time
+# (docs/long-documents.md, "Defaults": on the manual pages first_plus_rest is level with the cut model at 4 times its
+# time, on the kernel docs 1.7 points above it on the long pages at 13 to 18 times).
 DOCUMENT_MODE_DEFAULT = "false"
-# --document_mode auto turns document mode on from this share of training texts longer than one window: document mode
-# scores a text that fits in one window as the cut model does, so its gain on a training set is about the share of
-# long texts times its gain on them; at the +10 points on long documents the issue aims for (issue 46), a tenth of
-# long texts gives a point of accuracy. Not yet measured: the gains so far are smaller (see DOCUMENT_MODE_DEFAULT).
-DOCUMENT_MODE_MIN_LONG_SHARE = 0.10
 # A training document keeps at most this many windows (evaluation and prediction read every window unless told).
 MAX_WINDOWS_PER_DOCUMENT = 8
 # Which windows a capped training document keeps (modeling/documents.py, WINDOW_KEEPING). Measured by where the words
@@ -43,6 +38,7 @@ MAX_WINDOWS_PER_DOCUMENT = 8
 # within a page or two at the default cap of 8 windows (0.871-0.876, every window 0.880) and at 2; at 4, spread reads
 # 3 pages more. start_end keeps a page's opening and its close, where a summary and the closing notes sit.
 WINDOW_KEEPING_DEFAULT = "start_end"
+
 # first_plus_rest's gate (one number per dimension, from zero) trains at this many times the head's rate, unless
 # --document_gate_learning_rate says otherwise. Why: Adam moves a parameter by about its learning rate a step, so at
 # the head's rate (5e-3, warmed up and decayed) the gate of a 2-epoch kernel-docs run (72 steps) can open by about
@@ -51,7 +47,7 @@ WINDOW_KEEPING_DEFAULT = "start_end"
 # kernel docs' long pages score 1.7 points over the cut model (docs/long-documents.md, "Defaults"). At thirty times
 # the gate opened to about 0.94 and the long pages scored as the cut model's (kernel docs, seed 0:
 # bench/results/long_documents/kernel_docs_gate_0.15).
-DOCUMENT_GATE_RATE_FACTOR = 10.0
+DOCUMENT_GATE_RATE_FACTOR = 10.0  # the rule: options/document_gate.py
 
 
 @dataclass
@@ -60,10 +56,9 @@ class DocumentArguments:
         default=None,
         metadata={
             "help": "Read each text whole, in overlapping windows pooled across the document (document_window, "
-            "document_stride, document_pooling), instead of cutting it at max_seq_length. 'auto': on when a share of "
-            f"at least {DOCUMENT_MODE_MIN_LONG_SHARE:g} of the training texts run past one window (the log and the model "
-            "card say which, and why); 'true': always (also implied by --document_window); 'false' (the default; "
-            "measured: docs/long-documents.md): never. A model saved in document mode stays in it.",
+            "document_stride, document_pooling), instead of cutting it at max_seq_length. 'true': always (also "
+            "implied by --document_window); 'false' (the default; measured: docs/long-documents.md): never. A model "
+            "saved in document mode stays in it.",
             "choices": list(DOCUMENT_MODE_CHOICES),
         },
     )
@@ -99,7 +94,8 @@ class DocumentArguments:
             "help": "Document mode, training, document_pooling first_plus_rest: the learning rate of the gate that "
             "lets the windows after the first into the document's vector. Unset: "
             f"{DOCUMENT_GATE_RATE_FACTOR:g} times head_learning_rate (measured: docs/long-documents.md), since "
-            "the gate starts at zero and Adam moves it by about its rate a step."
+            "the gate starts at zero and Adam moves it by about its rate a step. The rule is an option of "
+            "train/options/ (document_gate.py); the model card gives the rate the optimizer used."
         },
     )
     eval_max_windows: int | None = field(
@@ -112,10 +108,11 @@ class DocumentArguments:
 
 
 def check_document_arguments(args) -> None:
-    """Refuse values out of range (a config file's values bypass argparse's types and choices)."""
-    mode = args.document_mode
-    if isinstance(mode, bool):  # a YAML file says true/false without quotes
-        args.document_mode = mode = "true" if mode else "false"
+    """Refuse values out of range (a config file's values bypass argparse's types and choices). Read only: the plan
+    resolves what a config file may spell otherwise (resolved_document_arguments)."""
+    mode = _document_mode_word(args.document_mode)
+    if mode == REMOVED_VALUES["document_mode"][0]:  # a config built in Python; the parser refuses it first
+        raise UsageError(removed_value_message("document_mode", "The arguments"))
     if mode is not None and mode not in DOCUMENT_MODE_CHOICES:
         raise UsageError(
             f"Unknown document_mode {mode!r}. Valid choices: {', '.join(DOCUMENT_MODE_CHOICES)}."
@@ -124,19 +121,26 @@ def check_document_arguments(args) -> None:
         raise UsageError(
             f"Unknown window_keeping {args.window_keeping!r}. Valid choices: {', '.join(WINDOW_KEEPING)}."
         )
-    if args.max_windows_per_document == 0:
-        args.max_windows_per_document = None
     for name in ("max_windows_per_document", "max_windows_per_batch", "eval_max_windows"):
         number = getattr(args, name)
+        if name == "max_windows_per_document" and number == 0 and not isinstance(number, bool):
+            continue  # no cap (resolved_document_arguments)
         if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
             raise UsageError(f"{name} must be a whole number >= 1 (or unset), got {number!r}.")
-    rate = args.document_gate_learning_rate
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0):
-        raise UsageError(f"document_gate_learning_rate must be a number > 0 (or unset), got {rate!r}.")
 
 
-def document_gate_learning_rate(args, head_rate: float) -> float:
-    """The learning rate of first_plus_rest's gate: ``--document_gate_learning_rate``, else DOCUMENT_GATE_RATE_FACTOR
-    times ``head_rate``, the rate of the head the gate belongs to."""
-    rate = getattr(args, "document_gate_learning_rate", None)
-    return DOCUMENT_GATE_RATE_FACTOR * head_rate if rate is None else rate
+def resolved_document_arguments(args) -> dict[str, Any]:
+    """The document arguments as the run reads them, for the plan's copy of the training arguments (the parsed ones
+    are not written into): a config file's unquoted ``document_mode: true`` as the word, and
+    ``max_windows_per_document: 0`` as no cap (None)."""
+    return {
+        "document_mode": _document_mode_word(args.document_mode),
+        "max_windows_per_document": args.max_windows_per_document or None,
+    }
+
+
+def _document_mode_word(mode):
+    """``--document_mode`` as a word: a YAML file says true/false without quotes."""
+    if isinstance(mode, bool):
+        return "true" if mode else "false"
+    return mode

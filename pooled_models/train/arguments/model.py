@@ -255,7 +255,8 @@ class ModelArguments:
         None,
         "Document mode (--document_mode): the tokens of one window, special tokens included; a text is read whole, "
         "in overlapping windows pooled across the document. At most what the backbone has positions for. train.py's "
-        "default: the run's text length (--max_seq_length, else the backbone's own).",
+        "default: the length the same run without document mode cuts texts at (--max_seq_length, else the backbone's "
+        "limit; a sentence-transformers folder's max_seq_length set aside, as in a cut run).",
     )
     document_stride: int | None = _setting(
         None,

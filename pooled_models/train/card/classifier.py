@@ -11,7 +11,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCardData
 
-from ...modeling.document_settings import document_structure
+from ...modeling.document_settings import DOCUMENT_FIELDS
 from ...modeling.problem_types import MULTI_LABEL, REGRESSION, SINGLE_LABEL
 from ...modeling.registry import MULTI_LABEL_LOSSES, POOLINGS
 from ...thresholds import DEFAULT_THRESHOLD
@@ -142,10 +142,9 @@ def _pooling_settings(config) -> dict[str, Any]:
 def _document_settings(config) -> dict[str, Any]:
     """Document mode's settings (the window, the stride, the cross-window pooling and its own), as rows of the
     pooling's table: how the model reads a text longer than a window. Empty outside document mode."""
-    if getattr(config, "document_window", None) is None:
+    if not config.reads_documents:
         return {}
-    names = ("document_window", "document_stride", "document_pooling", *document_structure(config))
-    return {name: getattr(config, name) for name in dict.fromkeys(names) if getattr(config, name) is not None}
+    return {name: getattr(config, name) for name in DOCUMENT_FIELDS if getattr(config, name) is not None}
 
 
 def _head_description(task: TaskCard) -> str:

@@ -118,10 +118,17 @@ class CardData:
 
 
 def card_data(
-    plan, model, tasks: dict[str, Any], metrics: dict[str, float], pushed: bool, layout: dict | None = None
+    plan,
+    model,
+    tasks: dict[str, Any],
+    metrics: dict[str, float],
+    pushed: bool,
+    layout: dict | None = None,
+    optimizer=None,
 ) -> CardData:
     """The card data of a finished run: its plan, its trained model, its tasks' data and its metrics (``layout``:
-    the rows of the batch layout chosen from the data, batch_layout.BatchLayout.card_rows)."""
+    the rows of the batch layout chosen from the data, batch_layout.BatchLayout.card_rows; ``optimizer``: the one
+    training used, whose groups give the rates the options' rows state)."""
     args = plan.trainer_args
     name = args.hub_model_id or plan.output_dir.name
     cards = [_task_card(task_plan, model, tasks[name]) for name, task_plan in plan.tasks.items()]
@@ -134,7 +141,10 @@ def card_data(
         publishes=plan.publishes,
         tasks=cards,
         training_settings=training_settings(
-            args, problem_type=cards[0].problem_type if sequence else None, task_sampling=not plan.single
+            args,
+            problem_type=cards[0].problem_type if sequence else None,
+            task_sampling=not plan.single,
+            trained=(model, optimizer),
         )
         | batch_layout_rows(args, model)
         | (layout if args.do_train and layout else {}),
@@ -199,10 +209,13 @@ def _threshold_comparison(card: CardData, task: str) -> dict[str, tuple[float, f
     }
 
 
-def training_settings(args, problem_type: str | None = None, task_sampling: bool = False) -> dict[str, Any]:
+def training_settings(
+    args, problem_type: str | None = None, task_sampling: bool = False, trained: tuple = (None, None)
+) -> dict[str, Any]:
     """The card's "Training settings" rows, written once for every kind of run: a run of one sequence task
     (``problem_type`` given) names its problem type, gradient accumulation, scheduler and early stopping; a run of
-    tasks names its heads' rate and, with several tasks, its task sampling."""
+    tasks names its heads' rate and, with several tasks, its task sampling. ``trained``: the model and the optimizer
+    it trained with, for the options' rows that give what training used."""
     sequence = problem_type is not None
     settings: dict[str, Any] = {"problem type": problem_type} if sequence else {}
     if not args.do_train:
@@ -228,7 +241,7 @@ def training_settings(args, problem_type: str | None = None, task_sampling: bool
     if sequence:
         settings["scheduler"] = str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type))
     settings["seed"] = args.seed
-    settings.update(chosen_training_options(args))
+    settings.update(chosen_training_options(args, *trained))
     if args.load_best_model_at_end:
         settings["best model by"] = args.metric_for_best_model
     if sequence and args.early_stopping_patience:
@@ -236,11 +249,11 @@ def training_settings(args, problem_type: str | None = None, task_sampling: bool
     return settings
 
 
-def chosen_training_options(args) -> dict[str, Any]:
+def chosen_training_options(args, model=None, optimizer=None) -> dict[str, Any]:
     """The training options a run turned on (off by default), as the model card names them."""
     options: dict[str, Any] = {}
     for option in TRAINING_OPTIONS.values():
-        options.update(option.card_row(args))
+        options.update(option.card_row(args, model, optimizer))
     if getattr(args, "label_embedding_learning_rate", None) is not None:
         options["learning rate (label embeddings)"] = args.label_embedding_learning_rate
     if getattr(args, "label_embedding_weight_decay", None) is not None:

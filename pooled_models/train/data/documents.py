@@ -1,36 +1,31 @@
 """Document mode in train.py (docs/long-documents.md): whether the run reads whole documents in windows, and its
 splits tokenized into windows.
 
-``--document_mode auto`` counts the training texts that run past one window and turns document mode on from
-``DOCUMENT_MODE_MIN_LONG_SHARE`` of them; ``true`` and ``false`` decide alone; a model saved in document mode stays
-in it. The run's window is ``--document_window``, else the run's text length (``--max_seq_length``, else the
-backbone's own), so a text that fits in one window is read as the cut model read it.
+``--document_mode true`` (or a document setting such as ``--document_window``) turns it on, ``false`` (the default)
+leaves it off; a model saved in document mode stays in it. The run's window is ``--document_window``, else the run's
+one text length (``train/model.py``'s ``choose_max_length``, the length the same run without document mode cuts
+at), so a text that fits in one window is read as the cut model reads it.
 
 Each row of a tokenized split is a document: ``input_ids`` (and ``token_type_ids``) ``[window][token]``, the windows
 of modeling/documents.py's ``tokenize_documents``. A training document keeps at most ``--max_windows_per_document``
 windows (``--window_keeping`` says which), an evaluated or predicted one ``--eval_max_windows`` (unset: every
-window). Batches are cut by windows, not documents (trainer.py): their sizes come from :func:`window_counts`.
+window). Batches are cut by windows, not documents (trainer.py): their sizes come from a row's number of windows
+(batching.py's ``token_lengths``: the length of its ``input_ids``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import DataError, UsageError, where
 from ...modeling.configuration_multitask import SEQUENCE
-from ...modeling.document_settings import default_stride
+from ...modeling.document_settings import DOCUMENT_FIELDS, default_stride
 from ...modeling.documents import tokenize_documents
-from ...modeling.window_pooling import document_gate_parameters
-from ..arguments.documents import (
-    DOCUMENT_MODE_DEFAULT,
-    DOCUMENT_MODE_MIN_LONG_SHARE,
-    document_gate_learning_rate,
-)
+from ..arguments.documents import DOCUMENT_MODE_DEFAULT
 from .batching import token_lengths, tokenized
 
 if TYPE_CHECKING:  # annotations only
@@ -39,31 +34,15 @@ if TYPE_CHECKING:  # annotations only
 
 __all__ = [
     "DocumentMode",
-    "DOCUMENT_MODEL_SETTINGS",
-    "COUNTED_ROWS",
     "choose_document_mode",
-    "long_share",
     "tokenize_windows",
-    "window_counts",
-    "default_window_budget",
-    "document_lines",
+    "DocumentReading",
+    "read_documents",
     "refuse_off_settings",
     "tokenize_document_task",
-    "document_card_rows",
 ]
 
 logger = logging.getLogger("pooled_models.train")
-
-# The model settings of document mode (PooledConfig's), given by flags.
-DOCUMENT_MODEL_SETTINGS = (
-    "document_window",
-    "document_stride",
-    "document_pooling",
-    "document_transformer_layers",
-    "document_transformer_heads",
-)
-# --document_mode auto counts the long texts among at most this many training rows (a seeded sample beyond).
-COUNTED_ROWS = 20_000
 
 
 @dataclass(frozen=True)
@@ -74,26 +53,14 @@ class DocumentMode:
     reason: str  # the log's and the card's words
     window: int | None = None
     stride: int | None = None
-    long_share: float | None = None  # of the training texts, when counted
 
     def model_settings(self) -> dict[str, Any]:
         """The settings a new model is built with in document mode (the user's pooling settings are the task's)."""
         return {"document_window": self.window, "document_stride": self.stride} if self.on else {}
 
 
-def long_share(texts: list[str], tokenizer, window: int, seed: int = 0) -> float:
-    """The share of ``texts`` longer than ``window`` tokens with the tokenizer's special tokens (counted on a seeded
-    sample of COUNTED_ROWS where there are more)."""
-    if len(texts) > COUNTED_ROWS:
-        texts = random.Random(seed).sample(texts, COUNTED_ROWS)
-    if not texts:
-        return 0.0
-    lengths = [len(ids) for ids in tokenizer(texts, truncation=False, verbose=False)["input_ids"]]
-    return sum(length > window for length in lengths) / len(lengths)
-
-
 def choose_document_mode(
-    args, settings: dict[str, Any], saved, tasks, tokenizer, run_length: Callable[[], int]
+    args, settings: dict[str, Any], saved, tasks, run_length: Callable[[], int]
 ) -> DocumentMode:
     """Document mode on or off for this run (``args``: the training arguments; ``settings``: the model settings the
     user chose; ``saved``: the config of the model the run starts from, or None; ``run_length``: the run's text
@@ -101,24 +68,18 @@ def choose_document_mode(
     given_mode = args.document_mode  # None: train.py's default, DOCUMENT_MODE_DEFAULT
     if saved is not None:
         return _saved_document_mode(saved, given_mode)
-    given = [name for name in DOCUMENT_MODEL_SETTINGS if settings.get(name) is not None]
+    given = [name for name in DOCUMENT_FIELDS if settings.get(name) is not None]  # PooledConfig's, by flags
     if given_mode == "false" and given:
         raise UsageError(
             f"--document_mode false, but --{given[0]} is a setting of document mode: leave it out, or set "
-            "--document_mode true (or auto)."
+            "--document_mode true."
         )
     mode = given_mode or ("true" if given else DOCUMENT_MODE_DEFAULT)  # a window given asks for document mode
     if mode == "false":
-        why = (
-            "--document_mode false"
-            if given_mode
-            else "train.py's default; --document_mode true or auto reads them"
-        )
+        why = "--document_mode false" if given_mode else "train.py's default; --document_mode true reads them"
         return DocumentMode(False, f"off ({why})")
     refusal = _other_run(tasks)
     if refusal is not None:
-        if mode == "auto" and not given:  # such runs stay as they were
-            return DocumentMode(False, f"off: {refusal}")
         raise UsageError(
             f"--document_mode {mode}: {refusal}. Valid: one sequence-classification task of single texts; "
             "--document_mode false for this run."
@@ -126,29 +87,17 @@ def choose_document_mode(
     window = settings.get("document_window") or run_length()
     stride = settings.get("document_stride")
     stride = default_stride(window) if stride is None else stride
-    if mode == "true" or settings.get("document_window") is not None:
-        if given_mode == "true" or not given:
-            why = "--document_mode true"
-        else:
-            why = f"--document_window {window}" if "document_window" in given else f"--{given[0]}"
-        return DocumentMode(True, f"on ({why})", window, stride)
-    (task,) = tasks.values()
-    if "train" not in task.splits:
-        return DocumentMode(False, "off (auto: no training data to measure)")
-    split = task.splits["train"]
-    share = long_share(list(split.dataset[task.spec.data.text_column]), tokenizer, window, args.seed)
-    counted = f"{share:.0%} of the training texts are longer than one window of {window} tokens"
-    if share >= DOCUMENT_MODE_MIN_LONG_SHARE:
-        reason = f"on (auto: {counted}, at least {DOCUMENT_MODE_MIN_LONG_SHARE:.0%}; --document_mode false cuts them)"
-        return DocumentMode(True, reason, window, stride, share)
-    reason = f"off (auto: {counted}, fewer than {DOCUMENT_MODE_MIN_LONG_SHARE:.0%}; --document_mode true reads them)"
-    return DocumentMode(False, reason, long_share=share)
+    if given_mode == "true" or not given:
+        why = "--document_mode true"
+    else:
+        why = f"--document_window {window}" if "document_window" in given else f"--{given[0]}"
+    return DocumentMode(True, f"on ({why})", window, stride)
 
 
 def _saved_document_mode(saved, given_mode: str | None) -> DocumentMode:
     """A run from a saved pooled model keeps its document mode (its settings cannot change); a contrary
     --document_mode is refused by name."""
-    saved_window = getattr(saved, "document_window", None)
+    saved_window = saved.document_window if saved.reads_documents else None
     if given_mode == "false" and saved_window is not None:
         raise UsageError(
             f"--document_mode false: the model starts from a model saved in document mode (document_window="
@@ -219,19 +168,6 @@ def _no_token(source: str, column: str, row: int, text: str) -> DataError:
     )
 
 
-def window_counts(rows) -> list[int]:
-    """The number of windows of every row of a tokenized split (read column-wise)."""
-    return token_lengths(rows)
-
-
-def default_window_budget(train_rows, batch_size: int) -> int:
-    """The training batches' window budget when --max_windows_per_batch is unset: ``batch_size`` times the training
-    documents' mean number of windows (after the cap), so a step holds about ``batch_size`` documents."""
-    counts = window_counts(train_rows)
-    mean = sum(counts) / len(counts) if counts else 1.0
-    return max(batch_size, math.ceil(batch_size * mean))
-
-
 def refuse_off_settings(documents: DocumentMode, args) -> None:
     """Refuse, by name, document settings a run without document mode would drop, and a token budget in it."""
     if documents.on:
@@ -268,43 +204,81 @@ def tokenize_document_task(task: TaskData, tokenizer, config, args) -> None:
         task.encoded[name] = split.encoded
 
 
-def document_lines(tasks, documents: DocumentMode, args, window_budget: int | None) -> list[str]:
-    """The log's lines on document mode: on or off and why; on, the windows and what the training documents became."""
-    line = f"Document mode {documents.reason}"
-    if not documents.on:
-        # Only worth a line when the choice was made on the data, or asked for.
-        return [line] if args.document_mode is not None else []
-    line += f": windows of {documents.window} tokens, {documents.stride} shared by consecutive windows"
-    (task,) = tasks.values()
-    rows = task.encoded.get("train")
-    if rows is not None and len(rows):
-        counts = window_counts(rows)
-        capped = args.max_windows_per_document
-        line += (
-            f"; training documents of {min(counts)} to {max(counts)} windows (mean {sum(counts) / len(counts):.1f}"
-            + (f", at most {capped}, keeping {args.window_keeping}" if capped else ", every window")
-            + f"), batches of at most {window_budget} windows"
-        )
-    read = "every window" if args.eval_max_windows is None else f"at most {args.eval_max_windows} windows"
-    return [line + f"; evaluation and prediction read {read} of a document"]
+@dataclass(frozen=True)
+class DocumentReading:
+    """What a run reads of its documents, worked out once from the decision, the arguments and the training rows; the
+    log's line and the model card's rows are both written from it (the window, stride and cross-window pooling are
+    rows of the card's pooling table, card/classifier.py; the gate's rate is its option's row,
+    options/document_gate.py)."""
+
+    mode: DocumentMode
+    said: bool  # whether an off decision is worth saying: --document_mode was given
+    trains: bool  # --do_train
+    training_windows: tuple[int, int, float] | None  # the training documents' fewest, most and mean windows
+    cap: int | None  # --max_windows_per_document (None: every window)
+    keeping: str  # --window_keeping
+    window_budget: int | None  # a training batch's windows; None outside document mode
+    eval_max_windows: int | None  # --eval_max_windows (None: every window)
+
+    def lines(self, length_line: str) -> list[str]:
+        """The log's lines: outside document mode the run's text length (and the decision, when asked about); in
+        it, the windows and what the training documents became."""
+        line = f"Document mode {self.mode.reason}"
+        if not self.mode.on:
+            return [length_line, line] if self.said else [length_line]
+        line += f": windows of {self.mode.window} tokens, {self.mode.stride} shared by consecutive windows"
+        if self.training_windows is not None:
+            fewest, most, mean = self.training_windows
+            kept = f", at most {self.cap}, keeping {self.keeping}" if self.cap else ", every window"
+            line += (
+                f"; training documents of {fewest} to {most} windows (mean {mean:.1f}{kept}), batches of at most "
+                f"{self.window_budget} windows"
+            )
+        read = "every window" if self.eval_max_windows is None else f"at most {self.eval_max_windows} windows"
+        return [line + f"; evaluation and prediction read {read} of a document"]
+
+    def card_rows(self) -> dict[str, Any]:
+        """The model card's "Training settings" rows: on or off and why (off: when asked about), and (on) how many
+        windows training and evaluation read."""
+        if not self.mode.on:
+            return {"document mode": self.mode.reason} if self.said else {}
+        rows: dict[str, Any] = {"document mode": self.mode.reason}
+        if self.trains:
+            rows["windows per training document"] = (
+                f"at most {self.cap} ({self.keeping})" if self.cap else "all"
+            )
+            rows["windows per training batch"] = f"at most {self.window_budget}"
+        read = "all" if self.eval_max_windows is None else f"the first {self.eval_max_windows}"
+        rows["windows read in evaluation and prediction"] = read
+        return rows
 
 
-def document_card_rows(documents: DocumentMode, args, window_budget: int | None, model) -> dict[str, Any]:
-    """The model card's "Training settings" rows of document mode: on or off and why, and (on) how many windows
-    training and evaluation read, and the rate of first_plus_rest's gate (the window, stride and cross-window pooling
-    are rows of the card's pooling table, card/classifier.py)."""
-    if not documents.on:
-        return {"document mode": documents.reason} if args.document_mode is not None else {}
-    rows: dict[str, Any] = {"document mode": documents.reason}
-    if args.do_train:
-        capped = args.max_windows_per_document
-        rows["windows per training document"] = (
-            f"at most {capped} ({args.window_keeping})" if capped else "all"
-        )
-        rows["windows per training batch"] = f"at most {window_budget}"
-        if document_gate_parameters(model):
-            head_rate = args.head_learning_rate or args.learning_rate  # as the card's head row reads it
-            rows["learning rate (cross-window gate)"] = document_gate_learning_rate(args, head_rate)
-    read = "all" if args.eval_max_windows is None else f"the first {args.eval_max_windows}"
-    rows["windows read in evaluation and prediction"] = read
-    return rows
+def read_documents(tasks, documents: DocumentMode, args) -> DocumentReading:
+    """The run's :class:`DocumentReading` (``args``: the training arguments as the plan resolved them). The window
+    budget: --max_windows_per_batch, else per_device_train_batch_size times the training documents' mean number of
+    windows (after the cap), so a step holds about per_device_train_batch_size documents."""
+    counts = None
+    if documents.on:
+        (task,) = tasks.values()
+        rows = task.encoded.get("train")
+        counts = token_lengths(rows) if rows is not None and len(rows) else None
+    batch_size = args.per_device_train_batch_size
+    budget = None
+    if documents.on:
+        budget = args.max_windows_per_batch
+        if budget is None:
+            budget = (
+                batch_size
+                if not counts
+                else max(batch_size, math.ceil(batch_size * sum(counts) / len(counts)))
+            )
+    return DocumentReading(
+        mode=documents,
+        said=args.document_mode is not None,
+        trains=args.do_train,
+        training_windows=None if not counts else (min(counts), max(counts), sum(counts) / len(counts)),
+        cap=args.max_windows_per_document,
+        keeping=args.window_keeping,
+        window_budget=budget,
+        eval_max_windows=args.eval_max_windows,
+    )

@@ -23,7 +23,6 @@ __all__ = [
     "SAMPLING_STRATEGIES",
     "TaskBatchSampler",
     "task_shares",
-    "describe_counts",
     "TASK_KEY",
     "with_task_name",
     "MultiTaskRows",
@@ -180,15 +179,6 @@ def _round_robin(counts: dict[str, int]) -> list[str]:
                 order.append(name)
                 left[name] -= 1
     return order
-
-
-def describe_counts(sampler: TaskBatchSampler, epochs: Sequence[int]) -> str:
-    """``team 20, entities 5`` per epoch, for the log."""
-    lines = []
-    for epoch in epochs:
-        counts = sampler.counts(epoch)
-        lines.append(f"epoch {epoch}: " + ", ".join(f"{name} {count}" for name, count in counts.items()))
-    return "; ".join(lines)
 
 
 # The key of the task's name in a row and in a batch; PooledForMultiTask's forward takes it (model(**batch)). A

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 import pkgutil
+from collections.abc import Mapping
 from typing import Any
 
 from ...errors import UsageError
@@ -32,7 +33,9 @@ __all__ = [
     "REMOVED_IN",
     "REMOVED_OPTIONS",
     "AUTO_POOLING",
+    "REMOVED_VALUES",
     "refuse_removed_options",
+    "removed_value_message",
 ]
 
 
@@ -42,6 +45,9 @@ class TrainingOption:
 
     name: str = ""
     card_label: str = ""  # the row the model card gives it in "Training settings"
+    # On, the Trainer computes the loss itself and offers it to training_loss (trainer.py, _loss). False: the option
+    # leaves Trainer's own loss path alone (a rate rule that joined later, so that its runs train as before).
+    offers_loss: bool = True
 
     def is_on(self, args) -> bool:
         raise NotImplementedError
@@ -52,15 +58,19 @@ class TrainingOption:
     def check_model(self, model, args) -> None:
         """Refuse, before the run writes anything, a model the option cannot apply to."""
 
-    def learning_rates(self, model, args) -> dict[int, float]:
-        """id of a parameter -> its learning rate, for the parameters this option gives their own."""
+    def learning_rates(self, model, args, head_rates: Mapping[int, float]) -> dict[int, float]:
+        """id of a parameter -> its learning rate, for the parameters this option gives their own. ``head_rates``: the
+        rates the run gave each task's pooler and head and the label-token embeddings (a parameter missing trains at
+        ``args.learning_rate``), which an option's rule may start from; the option's rates are laid over them."""
         return {}
 
     def training_loss(self, model, inputs, outputs, args):
         """The training loss this option computes instead of the model's, or None to keep the model's."""
         return None
 
-    def card_row(self, args) -> dict[str, Any]:
+    def card_row(self, args, model=None, optimizer=None) -> dict[str, Any]:
+        """The option's row of the card's training settings. ``model`` and ``optimizer``: the trained model and the
+        optimizer it trained with (None where the run did not train), for a row that gives what training used."""
         return {self.card_label: getattr(args, self.name)} if self.is_on(args) else {}
 
 
@@ -111,6 +121,19 @@ AUTO_POOLING = "auto"
 
 REMOVED_POOLING_AUTO = REMOVED_OPTIONS["auto_poolings"]
 
+# Values removed from settings that stay: setting -> (the value, when it went, why and what to do instead). The CLI
+# refuses each one, from the command line and from a config file, with this text.
+REMOVED_VALUES = {
+    "pooling": (AUTO_POOLING, f"in pooled_models {REMOVED_IN}", REMOVED_POOLING_AUTO),
+    "document_mode": (
+        "auto",
+        "after pooled_models 0.7.1",
+        "its threshold (document mode from 10% of the training texts longer than one window) was never measured to "
+        "gain. Valid choices: true (read every text whole, in windows), false (cut texts at the run's length, the "
+        "default)",
+    ),
+}
+
 
 def removed_option_message(name: str, source: str) -> str:
     return (
@@ -119,20 +142,22 @@ def removed_option_message(name: str, source: str) -> str:
 
 
 def refuse_removed_options(values: dict[str, Any], source: str) -> None:
-    """A UsageError naming the first removed option (or ``pooling: auto``) that ``values`` sets."""
+    """A UsageError naming the first removed option (or removed value: ``pooling: auto``) that ``values`` sets."""
     for key in values:
         name = key.lstrip("-").replace("-", "_").split("=")[0]
         if name in REMOVED_OPTIONS:
             raise UsageError(removed_option_message(name, source))
-        if name == "pooling" and _names_auto(key, values[key]):
-            raise UsageError(
-                f"{source} sets pooling 'auto', which was removed in pooled_models {REMOVED_IN}: "
-                f"{REMOVED_POOLING_AUTO}."
-            )
+        if name in REMOVED_VALUES and _names_value(key, values[key], REMOVED_VALUES[name][0]):
+            raise UsageError(removed_value_message(name, source))
 
 
-def _names_auto(key: str, value: Any) -> bool:
-    return value == AUTO_POOLING or key.endswith(f"={AUTO_POOLING}")
+def removed_value_message(name: str, source: str) -> str:
+    value, when, why = REMOVED_VALUES[name]
+    return f"{source} sets {name} {value!r}, which was removed {when}: {why}."
+
+
+def _names_value(key: str, value: Any, removed: str) -> bool:
+    return value == removed or key.endswith(f"={removed}")
 
 
 # The parameter groups' shared pieces (which parameters are the head, which are label-token embeddings, which

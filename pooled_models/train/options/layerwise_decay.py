@@ -5,6 +5,7 @@ in the backbone's parameter names (a backbone without them is refused before any
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from torch import nn
 
@@ -83,9 +84,11 @@ class LayerwiseDecay(TrainingOption):
         require_number(self.name, getattr(args, self.name), lambda value: 0 < value <= 1, "in (0, 1]")
 
     def check_model(self, model, args) -> None:
-        self.learning_rates(model, args)  # a backbone whose layers cannot be found raises a UsageError
+        self.learning_rates(model, args, {})  # a backbone whose layers cannot be found raises a UsageError
 
-    def learning_rates(self, model, args) -> dict[int, float]:
+    def learning_rates(self, model, args, head_rates: Mapping[int, float]) -> dict[int, float]:
         if not self.is_on(args):
             return {}
-        return layerwise_learning_rates(backbone_of(model), args.learning_rate, getattr(args, self.name))
+        rates = layerwise_learning_rates(backbone_of(model), args.learning_rate, getattr(args, self.name))
+        # a head's parameter keeps its head's rate (a model factory's new pooler may sit in its backbone)
+        return {key: rate for key, rate in rates.items() if key not in head_rates}

@@ -35,7 +35,7 @@ from .modeling.varlen_attention import TORCH_VARLEN, register_varlen_attention
 from .modeling.window_pooling import WINDOW_POOLINGS, document_gate_parameters
 from .modeling.zero_shot_pipeline import register_zero_shot_pipeline
 
-__version__ = "0.7.1"
+__version__ = "0.8.0"
 
 __all__ = [
     "PooledConfig",

@@ -459,3 +459,12 @@ def use_fake_hub(monkeypatch, destination: Path) -> FakeHubApi:
     monkeypatch.setattr(transformers_hub, "hf_api", lambda: api)
     monkeypatch.setattr(huggingface_hub.ModelCard, "load", classmethod(no_card_yet))
     return api
+
+
+def named_backbone_folder(tmp_path: Path) -> Path:
+    """A folder that bench/backbones.py takes for ``--backbone PATH`` (it holds a config.json): the bench tests check
+    that the path reaches what a script loads, and stop the script there."""
+    folder = tmp_path / "my-backbone"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder

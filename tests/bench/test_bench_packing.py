@@ -2,12 +2,11 @@
 
 import packing
 import pytest
+from helpers import named_backbone_folder
 
 
 def test_backbone_path_is_the_folder_loaded_and_named(monkeypatch, tmp_path):
-    folder = tmp_path / "my-backbone"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
+    folder = named_backbone_folder(tmp_path)
     loaded = []
 
     class Loaded(Exception):

@@ -4,12 +4,11 @@ import json
 
 import pytest
 import text_length
+from helpers import named_backbone_folder
 
 
 def test_backbone_reaches_the_runs_and_the_report(monkeypatch, tmp_path):
-    folder = tmp_path / "my-backbone"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
+    folder = named_backbone_folder(tmp_path)
     seen = []
 
     def measure(name, args, work):

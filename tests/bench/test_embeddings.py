@@ -3,6 +3,7 @@
 import pytest
 from corpora.fortunes import FORTUNES_DIR
 from embeddings import LENGTHS, TOLERANCE, choose_by_length, main, workloads
+from helpers import named_backbone_folder
 
 
 def test_texts_are_chosen_by_length_and_mixed_in_a_fixed_order():
@@ -45,9 +46,7 @@ def test_backbone_names_the_folder_both_sides_load(monkeypatch, tmp_path):
 
     import embeddings
 
-    folder = tmp_path / "my-backbone"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
+    folder = named_backbone_folder(tmp_path)
     loaded = []
 
     class Loaded(Exception):

